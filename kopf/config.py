@@ -1,0 +1,140 @@
+"""
+Operator configuration: one object with a group of settings per concern.
+
+Startup handlers receive it (as ``config`` and as ``settings``) and may change
+it; the framework reads it once startup is over.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import logging
+from typing import Any
+
+from kopf.storage.diffbase import AnnotationsDiffBaseStorage, DiffBaseStorage
+from kopf.storage.progress import ProgressStorage, SmartProgressStorage
+
+logger = logging.getLogger('kopf.config')
+
+DEFAULT_FINALIZER = 'kopf.zalando.org/KopfFinalizerMarker'
+
+
+class PersistenceConfig:
+    """
+    Where handler progress and the last-handled configuration are kept.
+
+    Assignments are type-checked, so a misconfiguration fails in the startup
+    handler rather than in the middle of handling. Once the operator has
+    started, the settings are frozen: later assignments are ignored, loudly.
+    """
+
+    _TYPES: dict[str, type] = {
+        'progress_storage': ProgressStorage,
+        'diffbase_storage': DiffBaseStorage,
+        'finalizer': str,
+    }
+
+    progress_storage: ProgressStorage
+    diffbase_storage: DiffBaseStorage
+    finalizer: str
+
+    def __init__(
+            self,
+            *,
+            progress_storage: ProgressStorage | None = None,
+            diffbase_storage: DiffBaseStorage | None = None,
+            finalizer: str = DEFAULT_FINALIZER,
+    ) -> None:
+        object.__setattr__(self, '_frozen', False)
+        self.progress_storage = progress_storage if progress_storage is not None else SmartProgressStorage()
+        self.diffbase_storage = diffbase_storage if diffbase_storage is not None else AnnotationsDiffBaseStorage()
+        self.finalizer = finalizer
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        expected = self._TYPES.get(name)
+        if expected is None:
+            raise AttributeError(f"Unknown persistence setting {name!r}; known: {sorted(self._TYPES)}.")
+        if not isinstance(value, expected):
+            raise TypeError(
+                f"config.persistence.{name} must be a {_public_name(expected)}, "
+                f"got {type(value).__name__}: {value!r}.")
+        if getattr(self, '_frozen', False):
+            logger.warning(
+                "config.persistence.%s was set after the operator has started; "
+                "it has no effect. Configure persistence in an @kopf.on.startup handler.", name)
+            return
+        object.__setattr__(self, name, value)
+
+    def freeze(self) -> None:
+        """Called by the framework when startup is over: later changes are ignored."""
+        object.__setattr__(self, '_frozen', True)
+
+    def __repr__(self) -> str:
+        return (f"PersistenceConfig(progress_storage={self.progress_storage!r}, "
+                f"diffbase_storage={self.diffbase_storage!r}, finalizer={self.finalizer!r})")
+
+
+def _public_name(cls: type) -> str:
+    return f"kopf.{cls.__name__}" if cls.__module__.startswith('kopf') else cls.__name__
+
+
+@dataclasses.dataclass
+class PostingConfig:
+    """Whether and from which level per-object log messages become Kubernetes Events."""
+
+    enabled: bool = True
+    level: int = logging.INFO
+
+
+@dataclasses.dataclass
+class WatchingConfig:
+    """Timeouts of watch requests (seconds; ``None`` means the server's default) and reconnects."""
+
+    server_timeout: float | None = None
+    client_timeout: float | None = None
+    connect_timeout: float | None = None
+    reconnect_backoff: float = 0.1
+
+
+@dataclasses.dataclass
+class BatchingConfig:
+    """How per-object workers collect events and how long they live."""
+
+    worker_limit: int | None = None
+    idle_timeout: float = 5.0
+    batch_window: float = 0.1
+    exit_timeout: float = 2.0
+
+
+class ExecutionConfig:
+    """The executor for synchronous handlers; ``max_workers`` resizes it."""
+
+    def __init__(self, *, max_workers: int | None = None) -> None:
+        self._max_workers = max_workers
+        self.executor: concurrent.futures.Executor = concurrent.futures.ThreadPoolExecutor(max_workers=max_workers)
+
+    @property
+    def max_workers(self) -> int | None:
+        return self._max_workers
+
+    @max_workers.setter
+    def max_workers(self, value: int | None) -> None:
+        if value is not None and value < 1:
+            raise ValueError(f"max_workers must be positive, got {value}.")
+        self._max_workers = value
+        self.executor.shutdown(wait=False)
+        self.executor = concurrent.futures.ThreadPoolExecutor(max_workers=value)
+
+
+class OperatorConfig:
+    """All settings of one operator; ``kopf.OperatorSettings`` is the same class."""
+
+    def __init__(self) -> None:
+        self.persistence = PersistenceConfig()
+        self.posting = PostingConfig()
+        self.watching = WatchingConfig()
+        self.batching = BatchingConfig()
+        self.execution = ExecutionConfig()
+
+
+OperatorSettings = OperatorConfig

@@ -1,0 +1,1 @@
+"""Persistence of handler state between handling cycles: progress, diff-base, finalizers."""

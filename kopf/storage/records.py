@@ -1,0 +1,110 @@
+"""
+Progress records: the serialisable form of one handler's state.
+
+The record is what storages keep between handling cycles. Decoding is strict
+about types, so that a hand-edited or corrupted record is reported and ignored
+rather than silently misread (e.g. ``"retries": "3"`` or ``"success": "no"``).
+"""
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Mapping
+from typing import Any, TypedDict
+
+
+class ProgressRecord(TypedDict, total=False):
+    """A handler's progress as kept in storage; times are ISO-8601 UTC strings."""
+
+    started: str | None
+    stopped: str | None
+    delayed: str | None
+    retries: int | None
+    success: bool | None
+    failure: bool | None
+    message: str | None
+
+
+_FIELD_TYPES: Mapping[str, tuple[type, ...]] = {
+    'started': (str,),
+    'stopped': (str,),
+    'delayed': (str,),
+    'retries': (int,),
+    'success': (bool,),
+    'failure': (bool,),
+    'message': (str,),
+}
+
+_TIME_FIELDS = frozenset({'started', 'stopped', 'delayed'})
+
+
+def parse_time(value: str) -> datetime.datetime:
+    """
+    Parse an ISO-8601 time into an aware UTC datetime.
+
+    Older versions wrote naive times (implicitly UTC); they are still accepted.
+    """
+    parsed = datetime.datetime.fromisoformat(value)
+    if parsed.tzinfo is None:
+        return parsed.replace(tzinfo=datetime.timezone.utc)
+    return parsed.astimezone(datetime.timezone.utc)
+
+
+def format_time(value: datetime.datetime) -> str:
+    """Format an aware datetime as ISO-8601 UTC with an explicit offset."""
+    return value.astimezone(datetime.timezone.utc).isoformat()
+
+
+def decode_record(value: Any) -> ProgressRecord:
+    """
+    Validate a raw record (a dict, or its JSON text) and return it typed.
+
+    Raises ``ValueError`` with a human explanation of the first problem found.
+    Unknown fields are ignored, so that records written by newer versions
+    with extra fields are still readable.
+    """
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as e:
+            raise ValueError(f"not valid JSON ({e})") from None
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected a JSON object, got {type(value).__name__}")
+    record: ProgressRecord = {}
+    for field, types in _FIELD_TYPES.items():
+        if field not in value or value[field] is None:
+            continue
+        item = value[field]
+        bad_int = field == 'retries' and (isinstance(item, bool) or not isinstance(item, int) or item < 0)
+        if not isinstance(item, types) or bad_int:
+            raise ValueError(f"field {field!r} has an invalid value {item!r}")
+        if field in _TIME_FIELDS and isinstance(item, str):
+            try:
+                parse_time(item)
+            except ValueError:
+                raise ValueError(f"field {field!r} is not an ISO-8601 time: {item!r}") from None
+        record[field] = item  # type: ignore[literal-required]
+    return record
+
+
+def encode_record(record: ProgressRecord, *, verbose: bool = False) -> str:
+    """Compact JSON of a record; ``None`` fields are dropped unless verbose."""
+    data = dict(record) if verbose else {k: v for k, v in record.items() if v is not None}
+    return json.dumps(data, separators=(',', ':'), sort_keys=True)
+
+
+def looks_like_record(value: str) -> bool:
+    """
+    Whether an annotation value is a progress record of some framework instance.
+
+    Used to keep other operators' bookkeeping (under other prefixes) out of
+    the diff-base essence, so that their progress does not look like a change
+    of the object to us. A record always has ``started`` once written.
+    """
+    if not value.startswith('{') or len(value) > 64 * 1024:
+        return False
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and 'started' in data and set(data) <= set(_FIELD_TYPES)

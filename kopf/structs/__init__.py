@@ -1,0 +1,1 @@
+"""Pure data structures: no I/O, no imports from other ``kopf`` packages."""

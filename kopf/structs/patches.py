@@ -1,0 +1,107 @@
+"""
+A JSON merge-patch (RFC 7386) being accumulated during one handling cycle.
+
+Handlers and storages write into the same patch; the framework sends it once.
+``None`` as a value means "delete this key" on the server.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, MutableMapping
+from typing import Any
+
+
+class SubPatch(MutableMapping[str, Any]):
+    """
+    A write-through view of one nested dict of a patch.
+
+    The nested dicts are created only on the first write, so that merely
+    looking at ``patch.status`` does not leave an empty ``status: {}`` behind.
+    """
+
+    def __init__(self, root: dict[str, Any], path: tuple[str, ...]) -> None:
+        self._root = root
+        self._path = path
+
+    def _get(self) -> dict[str, Any]:
+        current: Any = self._root
+        for key in self._path:
+            current = current.get(key) if isinstance(current, dict) else None
+        return current if isinstance(current, dict) else {}
+
+    def _ensure(self) -> dict[str, Any]:
+        current = self._root
+        for key in self._path:
+            child = current.get(key)
+            if not isinstance(child, dict):
+                child = current[key] = {}
+            current = child
+        return current
+
+    def __getitem__(self, key: str) -> Any:
+        return self._get()[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._ensure()[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self._get()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __repr__(self) -> str:
+        return repr(self._get())
+
+
+class MetaPatch(SubPatch):
+    """The ``metadata`` part of a patch, with ``annotations`` and ``labels`` views."""
+
+    @property
+    def annotations(self) -> SubPatch:
+        return SubPatch(self._root, self._path + ('annotations',))
+
+    @property
+    def labels(self) -> SubPatch:
+        return SubPatch(self._root, self._path + ('labels',))
+
+
+class Patch(dict[str, Any]):
+    """A merge-patch as a plain dict, with conveniences for the usual sections."""
+
+    @property
+    def metadata(self) -> MetaPatch:
+        return MetaPatch(self, ('metadata',))
+
+    @property
+    def meta(self) -> MetaPatch:
+        return self.metadata
+
+    @property
+    def spec(self) -> SubPatch:
+        return SubPatch(self, ('spec',))
+
+    @property
+    def status(self) -> SubPatch:
+        return SubPatch(self, ('status',))
+
+
+def apply(target: Any, patch: Any) -> Any:
+    """
+    Apply a merge-patch to a raw object the way the API server does (RFC 7386).
+
+    Returns a new value; the target is not modified. Used to foresee the
+    object's state after our own patch, e.g. to compare it with the server's
+    answer or to continue handling in memory.
+    """
+    if not isinstance(patch, dict):
+        return patch
+    result: dict[str, Any] = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = apply(result.get(key), value)
+    return result
