@@ -92,7 +92,8 @@ def remove(d: MutableMapping[str, Any], field: FieldSpec) -> None:
 
 def cherrypick(src: Mapping[str, Any], dst: MutableMapping[str, Any], fields: Iterable[FieldSpec]) -> None:
     """Copy the given fields (where present) from one dict into another, deeply."""
+    absent = object()
     for field in fields:
-        value = resolve(src, field, _MISSING)
-        if value is not _MISSING:
+        value = resolve(src, field, absent)
+        if value is not absent:
             ensure(dst, field, copy.deepcopy(value))

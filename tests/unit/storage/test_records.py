@@ -1,0 +1,66 @@
+import datetime
+
+import pytest
+
+from kopf.storage import records
+
+
+def test_decoding_accepts_json_text_and_dicts():
+    text = '{"started":"2020-01-01T00:00:00+00:00","retries":2,"success":true,"message":"m"}'
+    expected = {'started': '2020-01-01T00:00:00+00:00', 'retries': 2, 'success': True, 'message': 'm'}
+    assert records.decode_record(text) == expected
+    assert records.decode_record(expected) == expected
+
+
+def test_decoding_drops_nulls_and_ignores_unknown_fields():
+    assert records.decode_record({'started': None, 'retries': 1, 'future': 'x'}) == {'retries': 1}
+
+
+@pytest.mark.parametrize('value, problem', [
+    ('{not json', 'not valid JSON'),
+    ('[1, 2]', 'expected a JSON object, got list'),
+    ('"text"', 'expected a JSON object, got str'),
+    ({'retries': '3'}, "'retries'"),
+    ({'retries': -1}, "'retries'"),
+    ({'retries': True}, "'retries'"),
+    ({'success': 'no'}, "'success'"),
+    ({'message': 5}, "'message'"),
+    ({'started': 'yesterday'}, 'not an ISO-8601 time'),
+])
+def test_decoding_explains_corrupt_records(value, problem):
+    with pytest.raises(ValueError, match=problem):
+        records.decode_record(value)
+
+
+def test_encoding_is_compact_and_drops_nulls_unless_verbose():
+    record = {'started': 's', 'stopped': None, 'retries': 1}
+    assert records.encode_record(record) == '{"retries":1,"started":"s"}'
+    assert records.encode_record(record, verbose=True) == '{"retries":1,"started":"s","stopped":null}'
+
+
+def test_times_parse_with_and_without_timezones():
+    utc = datetime.timezone.utc
+    assert records.parse_time('2020-01-01T10:00:00+00:00') == datetime.datetime(2020, 1, 1, 10, tzinfo=utc)
+    assert records.parse_time('2020-01-01T12:00:00+02:00') == datetime.datetime(2020, 1, 1, 10, tzinfo=utc)
+    assert records.parse_time('2020-01-01T10:00:00Z') == datetime.datetime(2020, 1, 1, 10, tzinfo=utc)
+    # Older versions wrote naive UTC times:
+    assert records.parse_time('2020-01-01T10:00:00.123456') == datetime.datetime(2020, 1, 1, 10, 0, 0, 123456, tzinfo=utc)
+
+
+def test_times_format_as_utc_iso8601():
+    tz = datetime.timezone(datetime.timedelta(hours=2))
+    assert records.format_time(datetime.datetime(2020, 1, 1, 12, tzinfo=tz)) == '2020-01-01T10:00:00+00:00'
+
+
+@pytest.mark.parametrize('value, expected', [
+    ('{"started":"2020-01-01T00:00:00"}', True),
+    ('{"started":"x","success":true,"retries":1}', True),
+    ('{"retries":1}', False),
+    ('{"started":"x","unknown":1}', False),
+    ('{"spec":{}}', False),
+    ('not json', False),
+    ('{broken', False),
+    ('[1]', False),
+])
+def test_progress_records_are_recognised_in_annotation_values(value, expected):
+    assert records.looks_like_record(value) is expected

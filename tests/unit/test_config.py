@@ -1,0 +1,77 @@
+import logging
+
+import pytest
+
+import kopf
+from kopf.config import OperatorConfig
+
+
+def test_settings_and_config_are_the_same_class():
+    assert kopf.OperatorSettings is kopf.OperatorConfig
+
+
+def test_persistence_defaults():
+    config = OperatorConfig()
+    assert isinstance(config.persistence.progress_storage, kopf.SmartProgressStorage)
+    assert isinstance(config.persistence.diffbase_storage, kopf.AnnotationsDiffBaseStorage)
+    assert config.persistence.finalizer == 'kopf.zalando.org/KopfFinalizerMarker'
+
+
+def test_configs_do_not_share_storages():
+    assert OperatorConfig().persistence.progress_storage is not OperatorConfig().persistence.progress_storage
+
+
+def test_persistence_is_configurable_as_in_the_seed_example():
+    config = OperatorConfig()
+    config.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix='my-op.example.com')
+    config.persistence.progress_storage = kopf.StatusProgressStorage(field='status.my-op')
+    config.persistence.progress_storage = kopf.SmartProgressStorage(prefix='my-op.example.com', field='status.my-op')
+    config.persistence.diffbase_storage = kopf.StatusDiffBaseStorage()
+    assert isinstance(config.persistence.progress_storage, kopf.SmartProgressStorage)
+
+
+@pytest.mark.parametrize('name, value, expected', [
+    ('progress_storage', kopf.AnnotationsDiffBaseStorage(), 'kopf.ProgressStorage'),
+    ('diffbase_storage', kopf.AnnotationsProgressStorage(), 'kopf.DiffBaseStorage'),
+    ('progress_storage', 'annotations', 'kopf.ProgressStorage'),
+    ('finalizer', None, 'str'),
+])
+def test_wrong_types_are_rejected_naming_the_expected_class(name, value, expected):
+    config = OperatorConfig()
+    with pytest.raises(TypeError, match=expected):
+        setattr(config.persistence, name, value)
+
+
+def test_unknown_persistence_settings_are_rejected():
+    with pytest.raises(AttributeError, match='progress_store'):
+        OperatorConfig().persistence.progress_store = kopf.SmartProgressStorage()
+
+
+def test_frozen_persistence_ignores_changes_loudly(caplog):
+    config = OperatorConfig()
+    original = config.persistence.progress_storage
+    config.persistence.freeze()
+    with caplog.at_level(logging.WARNING, logger='kopf.config'):
+        config.persistence.progress_storage = kopf.AnnotationsProgressStorage()
+    assert config.persistence.progress_storage is original
+    assert 'has no effect' in caplog.text
+
+
+def test_other_groups_have_defaults():
+    config = OperatorConfig()
+    assert config.posting.enabled is True
+    assert config.posting.level == logging.INFO
+    assert config.watching.reconnect_backoff > 0
+    assert config.batching.batch_window > 0
+    assert config.batching.idle_timeout > 0
+    assert config.execution.executor is not None
+
+
+def test_max_workers_resizes_the_executor():
+    config = OperatorConfig()
+    old = config.execution.executor
+    config.execution.max_workers = 3
+    assert config.execution.max_workers == 3
+    assert config.execution.executor is not old
+    with pytest.raises(ValueError):
+        config.execution.max_workers = 0
