@@ -176,5 +176,5 @@ def test_multi_build_excludes_every_childs_own_traces():
 
 
 def test_multi_rejects_non_storages():
-    with pytest.raises(TypeError, match='kopf.DiffBaseStorage'):
+    with pytest.raises(TypeError, match=r'kopf\.DiffBaseStorage'):
         MultiDiffBaseStorage([object()])

@@ -337,7 +337,7 @@ async def test_multi_touches_and_clears_through_all(body):
 
 
 def test_multi_rejects_non_storages():
-    with pytest.raises(TypeError, match='kopf.ProgressStorage'):
+    with pytest.raises(TypeError, match=r'kopf\.ProgressStorage'):
         MultiProgressStorage([object()])
     with pytest.raises(ValueError):
         MultiProgressStorage([])

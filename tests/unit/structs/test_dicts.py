@@ -29,7 +29,7 @@ def test_resolve_returns_default_for_missing_or_non_dict_parents():
 
 
 def test_resolve_without_default_raises_naming_the_path():
-    with pytest.raises(KeyError, match='a.x'):
+    with pytest.raises(KeyError, match=r'a\.x'):
         dicts.resolve({'a': {}}, 'a.x')
 
 

@@ -1,0 +1,98 @@
+"""
+Per-object loggers and the operator's log output formats.
+
+Every message logged while handling an object carries a reference to that
+object, so that it can be prefixed in the output and posted as a Kubernetes
+Event attached to the object (see :mod:`kopf.engines.posting`).
+"""
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, MutableMapping
+from typing import Any
+
+ObjectRef = Mapping[str, Any]
+
+
+def make_ref(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The identity of an object, as needed to post Events about it."""
+    meta = body.get('metadata', {})
+    return {
+        'apiVersion': body.get('apiVersion'),
+        'kind': body.get('kind'),
+        'name': meta.get('name'),
+        'namespace': meta.get('namespace'),
+        'uid': meta.get('uid'),
+    }
+
+
+class ObjectLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """A logger that prefixes messages with the object and remembers which object they are about."""
+
+    def __init__(self, *, body: Mapping[str, Any], logger: logging.Logger | None = None) -> None:
+        self.ref = make_ref(body)
+        super().__init__(logger or logging.getLogger('kopf.objects'), {'k8s_ref': self.ref})
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+        kwargs['extra'] = {'k8s_ref': self.ref, **kwargs.get('extra', {})}
+        return msg, kwargs
+
+
+def describe_ref(ref: ObjectRef) -> str:
+    namespace, name = ref.get('namespace'), ref.get('name')
+    return f"{namespace}/{name}" if namespace else f"{name}"
+
+
+class ObjectFormatter(logging.Formatter):
+    """Prefixes per-object messages with the object, so that interleaved output stays readable."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        ref = getattr(record, 'k8s_ref', None)
+        text = super().formatMessage(record)
+        if ref and record.message in text:
+            text = text.replace(record.message, f"[{describe_ref(ref)}] {record.message}", 1)
+        return text
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line, for log collectors."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {
+            'time': self.formatTime(record),
+            'level': record.levelname,
+            'logger': record.name,
+            'message': record.getMessage(),
+        }
+        ref = getattr(record, 'k8s_ref', None)
+        if ref:
+            data['object'] = ref
+        if record.exc_info:
+            data['exception'] = self.formatException(record.exc_info)
+        return json.dumps(data)
+
+
+FORMATS = {
+    'plain': '%(message)s',
+    'full': '[%(asctime)s] %(name)-20.20s [%(levelname)-8.8s] %(message)s',
+}
+
+
+def configure(*, level: int = logging.INFO, log_format: str = 'full') -> None:
+    """Set up the root logging for ``kopf run``: one stream handler with the chosen format."""
+    handler = logging.StreamHandler()
+    if log_format == 'json':
+        handler.setFormatter(JsonFormatter())
+    elif log_format in FORMATS:
+        handler.setFormatter(ObjectFormatter(FORMATS[log_format]))
+    else:
+        raise ValueError(f"Unknown log format {log_format!r}; use one of: plain, full, json.")
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if getattr(h, '_kopf', False)]:
+        root.removeHandler(old)
+    handler._kopf = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+    root.setLevel(level)
+    # The HTTP client's own debug output is too noisy even for --debug.
+    logging.getLogger('asyncio').setLevel(max(level, logging.INFO))

@@ -1,0 +1,50 @@
+import io
+import json
+import logging
+
+import pytest
+
+from kopf.engines import loggers
+
+BODY = {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': 'n', 'namespace': 'ns', 'uid': 'u'}}
+
+
+def capture(formatter):
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(formatter)
+    log = logging.getLogger('test.loggers')
+    log.handlers[:] = [handler]
+    log.propagate = False
+    log.setLevel(logging.DEBUG)
+    return log, stream
+
+
+def test_object_logger_attaches_the_reference():
+    log, stream = capture(logging.Formatter('%(message)s'))
+    records = []
+    log.addFilter(lambda r: records.append(r) or True)
+    loggers.ObjectLogger(body=BODY, logger=log).info("hello %s", 'world')
+    assert records[0].k8s_ref == {'apiVersion': 'v1', 'kind': 'ConfigMap', 'name': 'n', 'namespace': 'ns', 'uid': 'u'}
+    assert stream.getvalue() == 'hello world\n'
+
+
+def test_object_formatter_prefixes_per_object_messages_only():
+    log, stream = capture(loggers.ObjectFormatter('%(levelname)s %(message)s'))
+    loggers.ObjectLogger(body=BODY, logger=log).info("handled")
+    log.info("general")
+    assert stream.getvalue() == 'INFO [ns/n] handled\nINFO general\n'
+
+
+def test_json_formatter_emits_one_object_per_line():
+    log, stream = capture(loggers.JsonFormatter())
+    loggers.ObjectLogger(body=BODY, logger=log).warning("careful")
+    data = json.loads(stream.getvalue())
+    assert data['level'] == 'WARNING'
+    assert data['message'] == 'careful'
+    assert data['object']['name'] == 'n'
+
+
+def test_configure_rejects_unknown_formats():
+    with pytest.raises(ValueError, match='plain, full, json'):
+        loggers.configure(log_format='fancy')

@@ -1,0 +1,135 @@
+import asyncio
+import dataclasses
+
+from kopf.reactor.queueing import ProcessingOutcome, object_key, watch_objects
+
+
+@dataclasses.dataclass
+class Settings:
+    batch_window: float = 0.05
+    idle_timeout: float = 0.5
+    exit_timeout: float = 1.0
+    worker_limit: int | None = None
+
+
+def event(uid, rv, type_='MODIFIED', **spec):
+    return {'type': type_, 'object': {'metadata': {'uid': uid, 'name': uid, 'resourceVersion': str(rv)},
+                                      'spec': spec}}
+
+
+async def feed(events, *, pause=0.0, hold=0.0):
+    for e in events:
+        if isinstance(e, float):
+            await asyncio.sleep(e)
+        else:
+            yield e
+            await asyncio.sleep(pause)
+    await asyncio.sleep(hold)
+
+
+def test_objects_are_keyed_by_uid_or_by_name():
+    assert object_key(event('u1', 1)) == 'u1'
+    assert object_key({'object': {'metadata': {'namespace': 'ns', 'name': 'n'}}}) == 'ns/n'
+
+
+async def test_events_of_one_object_are_batched_and_the_latest_wins():
+    seen = []
+
+    async def processor(raw_event, woken_up):
+        seen.append(raw_event['object']['metadata']['resourceVersion'])
+        return ProcessingOutcome()
+
+    await watch_objects(stream=feed([event('a', 1), event('a', 2), event('a', 3)], hold=0.2),
+                        processor=processor, settings=Settings())
+    assert seen == ['3']
+
+
+async def test_one_object_is_never_handled_concurrently_but_objects_are_in_parallel():
+    active = {}
+    overlaps = []
+    parallel = []
+
+    async def processor(raw_event, woken_up):
+        uid = raw_event['object']['metadata']['uid']
+        if active.get(uid):
+            overlaps.append(uid)
+        active[uid] = True
+        if any(v for k, v in active.items() if k != uid):
+            parallel.append(uid)
+        await asyncio.sleep(0.1)
+        active[uid] = False
+        return ProcessingOutcome()
+
+    events = [event('a', 1), event('b', 1), 0.12, event('a', 2), event('b', 2)]
+    await watch_objects(stream=feed(events, hold=0.5), processor=processor, settings=Settings(batch_window=0.01))
+    assert overlaps == []
+    assert parallel
+
+
+async def test_a_delay_wakes_the_worker_up_without_new_events():
+    calls = []
+
+    async def processor(raw_event, woken_up):
+        calls.append(woken_up)
+        return ProcessingOutcome(delay=0.1 if len(calls) == 1 else None)
+
+    await watch_objects(stream=feed([event('a', 1)], hold=0.4), processor=processor, settings=Settings())
+    assert calls == [False, True]
+
+
+async def test_a_new_event_interrupts_the_delay():
+    calls = []
+
+    async def processor(raw_event, woken_up):
+        calls.append((raw_event['object']['metadata']['resourceVersion'], woken_up))
+        return ProcessingOutcome(delay=10)
+
+    await watch_objects(stream=feed([event('a', 1), 0.1, event('a', 2)], hold=0.2),
+                        processor=processor, settings=Settings(exit_timeout=0.1))
+    assert calls == [('1', False), ('2', False)]
+
+
+async def test_stale_events_before_our_own_patch_are_skipped():
+    seen = []
+
+    async def processor(raw_event, woken_up):
+        rv = raw_event['object']['metadata']['resourceVersion']
+        seen.append(rv)
+        return ProcessingOutcome(resource_version='5' if rv == '1' else None)
+
+    # Event 2 arrives long after the batch window, still before our patch (rv 5) shows up.
+    events = [event('a', 1), 0.2, event('a', 2), 0.1, event('a', 5)]
+    await watch_objects(stream=feed(events, hold=0.3), processor=processor, settings=Settings())
+    assert seen == ['1', '5']
+
+
+async def test_deleted_objects_end_their_worker():
+    seen = []
+
+    async def processor(raw_event, woken_up):
+        seen.append(raw_event['type'])
+        return ProcessingOutcome(delay=10)
+
+    started = asyncio.get_running_loop().time()
+    await watch_objects(stream=feed([event('a', 1, 'DELETED')]), processor=processor,
+                        settings=Settings(exit_timeout=5))
+    assert seen == ['DELETED']
+    assert asyncio.get_running_loop().time() - started < 2
+
+
+async def test_worker_limit_bounds_parallel_handling():
+    active = []
+    peak = []
+
+    async def processor(raw_event, woken_up):
+        active.append(1)
+        peak.append(len(active))
+        await asyncio.sleep(0.05)
+        active.pop()
+        return ProcessingOutcome()
+
+    events = [event(f'o{i}', 1) for i in range(5)]
+    await watch_objects(stream=feed(events, hold=0.5), processor=processor,
+                        settings=Settings(worker_limit=2, batch_window=0.01))
+    assert len(peak) == 5
+    assert max(peak) == 2
