@@ -113,3 +113,5 @@ async def poster(*, queue: asyncio.Queue[K8sEvent], post: Poster) -> None:
             raise
         except Exception:
             logger.warning("Failed to post an event about %s.", item.ref.get('name'), exc_info=True)
+        finally:
+            queue.task_done()

@@ -32,6 +32,7 @@ class ProcessingOutcome:
 
     delay: float | None = None  # when to wake up for the next cycle if no event comes first
     resource_version: str | None = None  # of our own patch, to wait for before the next cycle
+    body: Mapping[str, Any] | None = None  # the object as our own patch has left it, if patched
 
 
 Processor = Callable[[RawEvent, bool], Awaitable[ProcessingOutcome]]  # (event, woken_up_after_delay)
@@ -117,6 +118,9 @@ async def _worker(
     last_event: RawEvent | None = None
     while True:
         timeout = delay if delay is not None else settings.idle_timeout
+        if expected_rv is not None and delay is not None:
+            # Our patch's own event is the natural next step: give it time to arrive.
+            timeout = max(delay, CONSISTENCY_TIMEOUT)
         try:
             raw_event = await asyncio.wait_for(queue.get(), timeout=timeout)
         except asyncio.TimeoutError:
@@ -133,7 +137,9 @@ async def _worker(
 
         async with limiter if limiter is not None else contextlib.nullcontext():
             outcome = await processor(raw_event, woken_up)
-        last_event = raw_event
+        # After our own patch, the patched object is the freshest known state: a wake-up without
+        # new events must continue from it, never from the stale pre-patch event.
+        last_event = raw_event if outcome.body is None else {'type': 'MODIFIED', 'object': outcome.body}
         delay = outcome.delay
         expected_rv = outcome.resource_version
         if raw_event.get('type') == 'DELETED':

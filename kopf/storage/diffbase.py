@@ -198,6 +198,13 @@ class MultiDiffBaseStorage(DiffBaseStorage):
         for storage in self.storages:
             await calls.call(storage.store, body=body, patch=patch, essence=essence)
 
+    async def erase(self, *, body: Body) -> None:
+        """Pass the object's disappearance on to the children that keep state outside of it."""
+        for storage in self.storages:
+            erase = getattr(storage, 'erase', None)
+            if callable(erase):
+                await calls.call(erase, body=body)
+
 
 def _intersect(a: Essence, b: Essence) -> Essence:
     """Keep only what both essences have, so that every child's own traces are excluded."""

@@ -276,6 +276,13 @@ class MultiProgressStorage(ProgressStorage):
         for storage in self.storages:
             await calls.call(storage.flush)
 
+    async def erase(self, *, body: Body) -> None:
+        """Pass the object's disappearance on to the children that keep state outside of it."""
+        for storage in self.storages:
+            erase = getattr(storage, 'erase', None)
+            if callable(erase):
+                await calls.call(erase, body=body)
+
 
 def _forget_annotation(key: str, *, body: Body, patch: Patch) -> None:
     """Delete an annotation on the server if it is there, or drop it from the patch if only there."""

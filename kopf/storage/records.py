@@ -23,6 +23,7 @@ class ProgressRecord(TypedDict, total=False):
     success: bool | None
     failure: bool | None
     message: str | None
+    subrefs: list[str] | None
 
 
 _FIELD_TYPES: Mapping[str, tuple[type, ...]] = {
@@ -33,6 +34,7 @@ _FIELD_TYPES: Mapping[str, tuple[type, ...]] = {
     'success': (bool,),
     'failure': (bool,),
     'message': (str,),
+    'subrefs': (list,),
 }
 
 _TIME_FIELDS = frozenset({'started', 'stopped', 'delayed'})
@@ -76,7 +78,8 @@ def decode_record(value: Any) -> ProgressRecord:
             continue
         item = value[field]
         bad_int = field == 'retries' and (isinstance(item, bool) or not isinstance(item, int) or item < 0)
-        if not isinstance(item, types) or bad_int:
+        bad_list = field == 'subrefs' and not all(isinstance(ref, str) for ref in item)
+        if not isinstance(item, types) or bad_int or bad_list:
             raise ValueError(f"field {field!r} has an invalid value {item!r}")
         if field in _TIME_FIELDS and isinstance(item, str):
             try:

@@ -55,6 +55,8 @@ class HandlerState:
     success: bool = False
     failure: bool = False
     message: str | None = None
+    # Ids of the sub-handlers this handler has run, to purge their records with it.
+    subrefs: frozenset[HandlerId] = frozenset()
     # What was loaded from the storage, to write back only real changes.
     origin: ProgressRecord | None = dataclasses.field(default=None, compare=False, repr=False)
 
@@ -76,6 +78,7 @@ class HandlerState:
             success=bool(record.get('success')),
             failure=bool(record.get('failure')),
             message=record.get('message'),
+            subrefs=frozenset(HandlerId(ref) for ref in record.get('subrefs') or ()),
             origin=record,
         )
 
@@ -88,6 +91,7 @@ class HandlerState:
             success=self.success or None,
             failure=self.failure or None,
             message=self.message,
+            subrefs=sorted(self.subrefs) or None,
         )
 
     @property
@@ -119,13 +123,15 @@ class HandlerState:
     def with_outcome(self, outcome: HandlerOutcome, *, now: datetime.datetime | None = None) -> HandlerState:
         now = now or utcnow()
         message = _message(outcome.exception)
+        subrefs = self.subrefs | outcome.subrefs
         if outcome.final:
             return dataclasses.replace(
                 self, stopped=now, delayed=None, retries=self.retries + 1,
                 success=outcome.exception is None, failure=outcome.exception is not None,
-                message=message)
+                message=message, subrefs=subrefs)
         delayed = now + datetime.timedelta(seconds=outcome.delay) if outcome.delay else None
-        return dataclasses.replace(self, delayed=delayed, retries=self.retries + 1, message=message)
+        return dataclasses.replace(self, delayed=delayed, retries=self.retries + 1, message=message,
+                                   subrefs=subrefs)
 
 
 def _message(exception: BaseException | None) -> str | None:
@@ -213,8 +219,24 @@ class State(Mapping[HandlerId, HandlerState]):
             storage: ProgressStorage,
             handler_ids: Iterable[HandlerId] = (),
     ) -> None:
-        """Forget the records of all known (and the extra named) handlers, then flush."""
-        for handler_id in dict.fromkeys([*self._states, *handler_ids]):
+        """
+        Forget the records of all known (and the extra named) handlers, then flush.
+
+        Sub-handlers' records go too, recursively, also those of sub-handlers
+        that are not loaded in this state: their ids are in their parents' records.
+        """
+        pending = [*self._states, *handler_ids]
+        purged: set[HandlerId] = set()
+        while pending:
+            handler_id = pending.pop(0)
+            if handler_id in purged:
+                continue
+            purged.add(handler_id)
+            state = self._states.get(handler_id)
+            if state is None:
+                record = await calls.call(storage.fetch, key=handler_id, body=body)
+                state = HandlerState.from_record(record) if record else None
+            pending.extend(state.subrefs if state is not None else ())
             await calls.call(storage.purge, key=handler_id, body=body, patch=patch)
         await calls.call(storage.flush)
 

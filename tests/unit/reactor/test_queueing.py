@@ -1,6 +1,7 @@
 import asyncio
 import dataclasses
 
+from kopf.reactor import queueing
 from kopf.reactor.queueing import ProcessingOutcome, object_key, watch_objects
 
 
@@ -133,3 +134,34 @@ async def test_worker_limit_bounds_parallel_handling():
                         settings=Settings(worker_limit=2, batch_window=0.01))
     assert len(peak) == 5
     assert max(peak) == 2
+
+
+async def test_a_wake_up_after_our_patch_continues_from_the_patched_object(monkeypatch):
+    monkeypatch.setattr(queueing, 'CONSISTENCY_TIMEOUT', 0.1)
+    seen = []
+
+    async def processor(raw_event, woken_up):
+        seen.append((raw_event['object']['spec'].get('step'), woken_up))
+        if len(seen) == 1:
+            patched = event('a', 2, step='patched')['object']
+            return ProcessingOutcome(delay=0, resource_version='2', body=patched)
+        return ProcessingOutcome()
+
+    # The patch's own event never arrives (e.g. the watch broke): the worker must not re-use event 1.
+    await watch_objects(stream=feed([event('a', 1, step='original')], hold=0.3), processor=processor,
+                        settings=Settings(exit_timeout=0.1))
+    assert seen == [('original', False), ('patched', True)]
+
+
+async def test_after_our_patch_its_own_event_is_awaited_instead_of_waking_up_at_once():
+    seen = []
+
+    async def processor(raw_event, woken_up):
+        seen.append((raw_event['object']['metadata']['resourceVersion'], woken_up))
+        if len(seen) == 1:
+            return ProcessingOutcome(delay=0, resource_version='2', body=event('a', 2)['object'])
+        return ProcessingOutcome()
+
+    await watch_objects(stream=feed([event('a', 1), 0.1, event('a', 2)], hold=0.2), processor=processor,
+                        settings=Settings())
+    assert seen == [('1', False), ('2', False)]

@@ -401,3 +401,14 @@ async def test_multi_awaits_async_children(body):
     assert async_child.records == {FN: RECORD}
     assert 'kopf.zalando.org/fn' in patch['metadata']['annotations']
     assert await multi.fetch(key=FN, body=body) == RECORD
+
+
+async def test_multi_passes_erase_on_to_children_that_have_it(body):
+    erased = []
+
+    class Erasable(MemoryStorage):
+        async def erase(self, *, body):
+            erased.append(body.metadata.name)
+
+    await MultiProgressStorage([Erasable(), MemoryStorage()]).erase(body=body)
+    assert erased == ['ex1']

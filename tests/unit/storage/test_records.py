@@ -12,6 +12,10 @@ def test_decoding_accepts_json_text_and_dicts():
     assert records.decode_record(expected) == expected
 
 
+def test_decoding_keeps_subrefs():
+    assert records.decode_record({'subrefs': ['p/a', 'p/b']}) == {'subrefs': ['p/a', 'p/b']}
+
+
 def test_decoding_drops_nulls_and_ignores_unknown_fields():
     assert records.decode_record({'started': None, 'retries': 1, 'future': 'x'}) == {'retries': 1}
 
@@ -26,6 +30,8 @@ def test_decoding_drops_nulls_and_ignores_unknown_fields():
     ({'success': 'no'}, "'success'"),
     ({'message': 5}, "'message'"),
     ({'started': 'yesterday'}, 'not an ISO-8601 time'),
+    ({'subrefs': 'p/c'}, "'subrefs'"),
+    ({'subrefs': ['p/c', 1]}, "'subrefs'"),
 ])
 def test_decoding_explains_corrupt_records(value, problem):
     with pytest.raises(ValueError, match=problem):

@@ -99,7 +99,7 @@ def test_record_round_trip(clock):
     record = state.as_record()
     assert record == {
         'started': '2020-01-01T00:00:00+00:00', 'stopped': None, 'delayed': '2020-01-01T00:00:05+00:00',
-        'retries': 1, 'success': None, 'failure': None, 'message': 'later',
+        'retries': 1, 'success': None, 'failure': None, 'message': 'later', 'subrefs': None,
     }
     restored = HandlerState.from_record(record)
     assert restored == state
@@ -242,3 +242,31 @@ def test_with_handlers_adds_only_unknown(clock):
     assert extended[A].success
     assert not extended[B].finished
     assert set(state) == {A}
+
+
+def test_subrefs_accumulate_and_persist(clock):
+    state = HandlerState.from_scratch()
+    state = state.with_outcome(HandlerOutcome(final=False, delay=1, subrefs=frozenset({HandlerId('p/a')})))
+    state = state.with_outcome(HandlerOutcome(final=True, subrefs=frozenset({HandlerId('p/b')})))
+    assert state.subrefs == {'p/a', 'p/b'}
+    assert state.as_record()['subrefs'] == ['p/a', 'p/b']
+    assert HandlerState.from_record(state.as_record()).subrefs == {'p/a', 'p/b'}
+
+
+async def test_purge_follows_subrefs_recursively_through_the_storage(clock):
+    storage = AnnotationsProgressStorage()
+    parent = HandlerState.from_scratch().with_outcome(HandlerOutcome(final=True, subrefs=frozenset({'p/c'})))
+    child = HandlerState.from_scratch().with_outcome(HandlerOutcome(final=True, subrefs=frozenset({'p/c/g'})))
+    grandchild = HandlerState.from_scratch().with_outcome(HandlerOutcome(final=True))
+    body = Body({'metadata': {'name': 'n'}})
+    patch = Patch()
+    for key, state in {'p': parent, 'p/c': child, 'p/c/g': grandchild}.items():
+        storage.store(key=HandlerId(key), record=state.as_record(), body=body, patch=patch)
+    body = applied(body, patch)
+    assert len(body.metadata.annotations) == 3
+
+    # Only the parent is known to the state (e.g. the children were not re-registered this time).
+    loaded = await State.from_storage(body=body, storage=storage, handler_ids=[HandlerId('p')])
+    patch = Patch()
+    await loaded.purge(body=body, patch=patch, storage=storage)
+    assert applied(body, patch).metadata.annotations == {}

@@ -1,0 +1,3 @@
+from kopf.cli import main
+
+main()

@@ -1,0 +1,310 @@
+"""
+An endless, gap-free stream of changes of one resource.
+
+Kubernetes watches are not endless: the server closes them on timeout, the
+connection breaks, and a too-old ``resourceVersion`` is answered with ``410
+Gone``. :func:`infinite_watch` hides all of that: it lists, watches from the
+list's ``resourceVersion``, continues from the last seen version after every
+reconnect, and relists when the version has expired.
+
+Objects deleted while the watch was unable to follow (between an expired
+version and the relist) produce no ``DELETED`` event from the server. To not
+lose them, the watcher remembers the objects it has seen, and after a relist
+yields a synthetic ``DELETED`` for each one missing from the new listing —
+before the listing itself, so that a re-created object of the same name is not
+mistaken for gone. Such synthetic events carry the last seen ``apiVersion``,
+``kind`` and ``metadata`` of the object (without ``managedFields``), but no
+``spec`` or ``status``: keeping full copies of every watched object would cost
+too much memory, and a gone object needs no handling beyond its identity.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import json
+import logging
+import math
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
+from typing import Any, Literal, Protocol, TypeAlias, TypedDict, TypeVar
+
+import aiohttp
+
+from kopf.clients.auth import APIContext
+from kopf.clients.errors import APIConnectionError, APIGoneError, APIServerError, error_from_status
+from kopf.clients.fetching import list_objs
+from kopf.structs.resources import ParamValue, Resource
+
+Logger: TypeAlias = 'logging.Logger | logging.LoggerAdapter[Any]'
+EventType = Literal['ADDED', 'MODIFIED', 'DELETED']
+
+MAX_RECONNECT_BACKOFF = 30.0  # seconds; the growing back-off between failed reconnects stops here
+
+_T = TypeVar('_T')
+
+
+class RawEvent(TypedDict):
+    """One change: ``type`` is ``None`` for objects from a (re)listing."""
+
+    type: EventType | None
+    object: dict[str, Any]
+
+
+class WatchSettings(Protocol):
+    """The watch settings this module needs; ``kopf.OperatorConfig().watching`` has them."""
+
+    @property
+    def server_timeout(self) -> float | None: ...
+
+    @property
+    def client_timeout(self) -> float | None: ...
+
+    @property
+    def connect_timeout(self) -> float | None: ...
+
+    @property
+    def reconnect_backoff(self) -> float: ...
+
+
+async def infinite_watch(
+        *,
+        context: APIContext,
+        resource: Resource,
+        namespace: str | None,
+        settings: WatchSettings,
+        stop: asyncio.Event | None = None,
+        logger: Logger | None = None,
+) -> AsyncIterator[RawEvent]:
+    """
+    List the objects, then yield their changes, forever (until ``stop`` is set).
+
+    Listed objects are yielded with ``type: None``; watch events as they come,
+    except ``BOOKMARK`` (which only advances the ``resourceVersion``).
+    Connection errors and 5xx are retried with a growing back-off starting at
+    ``settings.reconnect_backoff``; other errors (e.g. 403 for missing RBAC
+    permissions) are raised, since retrying cannot fix them.
+    """
+    log: Logger = logger if logger is not None else logging.getLogger(__name__)
+    stopper = _Stopper(stop)
+    tracker = _Tracker(log)
+    delay = settings.reconnect_backoff
+    where = f"{resource}" + (f" in {namespace!r}" if namespace is not None else "")
+    while not stopper.is_set():
+        try:
+            if tracker.resource_version is None:
+                listing = await stopper.race(list_objs(context=context, resource=resource, namespace=namespace))
+                if listing is _STOPPED:
+                    return
+                items, resource_version = listing
+                delay = settings.reconnect_backoff
+                for event in tracker.relisted(items, resource_version):
+                    yield event
+                    if stopper.is_set():
+                        return
+
+            stream = _watch_once(context=context, resource=resource, namespace=namespace,
+                                 settings=settings, resource_version=tracker.resource_version,
+                                 stopper=stopper, log=log)
+            async with contextlib.aclosing(stream):
+                async for raw in stream:
+                    delay = settings.reconnect_backoff
+                    watched = tracker.watched(raw)
+                    if watched is not None:
+                        yield watched
+                    if stopper.is_set():
+                        return
+            log.debug("The watch of %s has ended; continuing from resourceVersion %r.",
+                      where, tracker.resource_version)
+        except APIGoneError:
+            log.info("The resourceVersion %r of %s has expired; relisting.", tracker.resource_version, where)
+            tracker.resource_version = None
+        except asyncio.TimeoutError:
+            log.debug("The watch of %s has timed out; continuing from resourceVersion %r.",
+                      where, tracker.resource_version)
+        except (APIServerError, APIConnectionError, aiohttp.ClientError) as e:
+            log.warning("The watch of %s has failed: %s; reconnecting in %.2fs.", where, e, delay)
+            await stopper.sleep(delay)
+            delay = min(delay * 2, max(MAX_RECONNECT_BACKOFF, settings.reconnect_backoff))
+
+
+async def _watch_once(
+        *,
+        context: APIContext,
+        resource: Resource,
+        namespace: str | None,
+        settings: WatchSettings,
+        resource_version: str | None,
+        stopper: _Stopper,
+        log: Logger,
+) -> AsyncGenerator[Mapping[str, Any], None]:
+    """One watch request: the raw events until the server (or the client) ends it."""
+    params: dict[str, ParamValue] = {
+        'watch': True,
+        'allowWatchBookmarks': True,
+        'resourceVersion': resource_version or None,
+        'timeoutSeconds': math.ceil(settings.server_timeout) if settings.server_timeout is not None else None,
+    }
+    url = resource.get_url(server=context.server, namespace=namespace, params=params)
+    async with contextlib.AsyncExitStack() as stack:
+        opening = stack.enter_async_context(context.stream(
+            'GET', url, timeout=settings.client_timeout, connect_timeout=settings.connect_timeout))
+        response = await stopper.race(opening)
+        if response is _STOPPED:
+            return
+        splitter = LineSplitter()
+        while True:
+            chunk = await stopper.race(response.content.readany())
+            if chunk is _STOPPED:
+                return
+            lines = splitter.feed(chunk) if chunk else splitter.flush()
+            for line in lines:
+                event = _parse_line(line, log)
+                if event is not None:
+                    yield event
+            if not chunk:
+                return
+
+
+def _parse_line(line: bytes, log: Logger) -> Mapping[str, Any] | None:
+    try:
+        event = json.loads(line)
+    except ValueError:
+        log.warning("Skipping an unparseable line in a watch stream: %r", line[:200])
+        return None
+    if not isinstance(event, Mapping):
+        log.warning("Skipping a non-object line in a watch stream: %r", line[:200])
+        return None
+    return event
+
+
+class LineSplitter:
+    """
+    Reassemble newline-delimited lines from arbitrary chunks of a stream.
+
+    Chunks split lines anywhere, and one line (one object) may span many
+    chunks; the pieces are kept in a list and joined once, so that large
+    objects do not cost quadratic time.
+    """
+
+    def __init__(self) -> None:
+        self._pieces: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The lines completed by this chunk (without the newlines, empty ones skipped)."""
+        if b'\n' not in chunk:
+            self._pieces.append(chunk)
+            return []
+        head, *middle, tail = chunk.split(b'\n')
+        first = b''.join(self._pieces + [head])
+        self._pieces = [tail] if tail else []
+        return [line for line in [first, *middle] if line.strip()]
+
+    def flush(self) -> list[bytes]:
+        """The last line if the stream ended without a newline."""
+        rest = b''.join(self._pieces)
+        self._pieces = []
+        return [rest] if rest.strip() else []
+
+
+class _Tracker:
+    """The watch's memory: the last resourceVersion, and the objects seen (to detect deletions)."""
+
+    def __init__(self, log: Logger) -> None:
+        self.log = log
+        self.resource_version: str | None = None
+        self.known: dict[str, dict[str, Any]] | None = None
+
+    def relisted(self, items: list[dict[str, Any]], resource_version: str) -> list[RawEvent]:
+        """Events for a fresh listing: synthetic deletions of vanished objects, then the listing."""
+        fresh = {_identity(item): _stub(item) for item in items}
+        events: list[RawEvent] = []
+        if self.known is not None:
+            for key, stub in self.known.items():
+                if key not in fresh:
+                    events.append({'type': 'DELETED', 'object': stub})
+        events.extend({'type': None, 'object': item} for item in items)
+        self.known = fresh
+        self.resource_version = resource_version
+        return events
+
+    def watched(self, raw: Mapping[str, Any]) -> RawEvent | None:
+        """The event to yield for a raw watch event, if any; errors are raised as typed errors."""
+        kind = raw.get('type')
+        obj = raw.get('object')
+        if not isinstance(obj, dict):
+            self.log.warning("Skipping a watch event without an object: %r", raw)
+            return None
+        if kind == 'ERROR':
+            raise error_from_status(obj, where='watch stream')
+        version = (obj.get('metadata') or {}).get('resourceVersion')
+        if version:
+            self.resource_version = str(version)
+        if kind == 'BOOKMARK':
+            return None
+        if kind not in ('ADDED', 'MODIFIED', 'DELETED'):
+            self.log.warning("Skipping a watch event of an unknown type: %r", kind)
+            return None
+        if self.known is not None:
+            if kind == 'DELETED':
+                self.known.pop(_identity(obj), None)
+            else:
+                self.known[_identity(obj)] = _stub(obj)
+        return {'type': kind, 'object': obj}
+
+
+def _identity(obj: Mapping[str, Any]) -> str:
+    meta = obj.get('metadata') or {}
+    return str(meta.get('uid') or f"{meta.get('namespace') or ''}/{meta.get('name') or ''}")
+
+
+def _stub(obj: Mapping[str, Any]) -> dict[str, Any]:
+    meta = {key: value for key, value in (obj.get('metadata') or {}).items() if key != 'managedFields'}
+    stub = {key: obj[key] for key in ('apiVersion', 'kind') if key in obj}
+    stub['metadata'] = meta
+    return stub
+
+
+class _StoppedType(enum.Enum):
+    STOPPED = 'stopped'
+
+
+_STOPPED = _StoppedType.STOPPED
+
+
+class _Stopper:
+    """Lets every wait of the watcher end early and cleanly when the stop event is set."""
+
+    def __init__(self, stop: asyncio.Event | None) -> None:
+        self._stop = stop
+
+    def is_set(self) -> bool:
+        return self._stop is not None and self._stop.is_set()
+
+    async def race(self, awaitable: Awaitable[_T]) -> _T | _StoppedType:
+        """The awaitable's result, or ``_STOPPED`` (and the awaitable cancelled) if stopped first."""
+        if self._stop is None:
+            return await awaitable
+        task = asyncio.ensure_future(awaitable)
+        if self._stop.is_set():
+            task.cancel()
+            return _STOPPED
+        waiter = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            if not task.done():
+                task.cancel()
+                await asyncio.wait({task})  # let it clean up; its outcome is checked below
+        if task.cancelled():
+            return _STOPPED
+        if task.exception() is not None and self.is_set():
+            return _STOPPED  # an error while stopping is not worth reporting
+        return task.result()
+
+    async def sleep(self, delay: float) -> None:
+        if self._stop is None:
+            await asyncio.sleep(delay)
+        else:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), timeout=delay)

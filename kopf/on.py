@@ -1,0 +1,295 @@
+"""
+The decorators that declare handlers: ``@kopf.on.create('kopfexamples')`` and the like.
+
+The resource is given as ``group, version, plural``, as an ``apiVersion``
+and a plural, or as one string: a plural, a kind, ``plural.group`` or
+``plural.version.group``; it is resolved against the cluster when the
+operator starts. Each decorator registers the function and returns it
+unchanged, so that decorators can be stacked.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kopf.errors import ErrorsMode
+from kopf.reactor import registries, subhandling
+from kopf.reactor.causation import Reason
+from kopf.reactor.filters import MetaFilter, WhenFilter
+from kopf.reactor.registries import (
+    Activity,
+    ActivityHandler,
+    ChangingHandler,
+    OperatorRegistry,
+    WatchingHandler,
+    default_id,
+    field_id,
+)
+from kopf.structs import dicts
+from kopf.structs.ids import HandlerId
+from kopf.structs.resources import Selector
+
+F = TypeVar('F', bound=Callable[..., Any])
+Decorator = Callable[[F], F]
+
+register = subhandling.register
+execute = subhandling.execute
+
+
+def startup(
+        *,
+        id: str | None = None,
+        errors: ErrorsMode | None = None,
+        timeout: float | None = None,
+        retries: int | None = None,
+        backoff: float | None = None,
+        param: Any = None,
+        registry: OperatorRegistry | None = None,
+) -> Decorator[F]:
+    """Called once when the operator starts, before any object is handled; it may configure the operator."""
+    return _activity(Activity.STARTUP, id=id, errors=errors, timeout=timeout, retries=retries,
+                     backoff=backoff, param=param, registry=registry)
+
+
+def cleanup(
+        *,
+        id: str | None = None,
+        errors: ErrorsMode | None = None,
+        timeout: float | None = None,
+        retries: int | None = None,
+        backoff: float | None = None,
+        param: Any = None,
+        registry: OperatorRegistry | None = None,
+) -> Decorator[F]:
+    """Called once when the operator exits."""
+    return _activity(Activity.CLEANUP, id=id, errors=errors, timeout=timeout, retries=retries,
+                     backoff=backoff, param=param, registry=registry)
+
+
+def login(
+        *,
+        id: str | None = None,
+        errors: ErrorsMode | None = None,
+        timeout: float | None = None,
+        retries: int | None = None,
+        backoff: float | None = None,
+        param: Any = None,
+        registry: OperatorRegistry | None = None,
+) -> Decorator[F]:
+    """Called to get the credentials for the Kubernetes API (again when they stop working)."""
+    return _activity(Activity.LOGIN, id=id, errors=errors, timeout=timeout, retries=retries,
+                     backoff=backoff, param=param, registry=registry)
+
+
+def create(
+        *resource: str,
+        id: str | None = None,
+        retries: int | None = None,
+        timeout: float | None = None,
+        backoff: float = 60,
+        errors: ErrorsMode = ErrorsMode.TEMPORARY,
+        labels: MetaFilter | None = None,
+        annotations: MetaFilter | None = None,
+        when: WhenFilter | None = None,
+        param: Any = None,
+        registry: OperatorRegistry | None = None,
+) -> Decorator[F]:
+    """Called when an object is created (or first seen without a last-handled configuration)."""
+    return _changing(resource, Reason.CREATE, id=id, retries=retries, timeout=timeout, backoff=backoff,
+                     errors=errors, labels=labels, annotations=annotations, when=when, param=param,
+                     registry=registry)
+
+
+def update(
+        *resource: str,
+        id: str | None = None,
+        retries: int | None = None,
+        timeout: float | None = None,
+        backoff: float = 60,
+        errors: ErrorsMode = ErrorsMode.TEMPORARY,
+        labels: MetaFilter | None = None,
+        annotations: MetaFilter | None = None,
+        when: WhenFilter | None = None,
+        param: Any = None,
+        registry: OperatorRegistry | None = None,
+) -> Decorator[F]:
+    """Called when an object's essence (spec, labels, annotations, ...) has changed; ``diff`` says how."""
+    return _changing(resource, Reason.UPDATE, id=id, retries=retries, timeout=timeout, backoff=backoff,
+                     errors=errors, labels=labels, annotations=annotations, when=when, param=param,
+                     registry=registry)
+
+
+def resume(
+        *resource: str,
+        id: str | None = None,
+        retries: int | None = None,
+        timeout: float | None = None,
+        backoff: float = 60,
+        errors: ErrorsMode = ErrorsMode.TEMPORARY,
+        labels: MetaFilter | None = None,
+        annotations: MetaFilter | None = None,
+        when: WhenFilter | None = None,
+        param: Any = None,
+        registry: OperatorRegistry | None = None,
+) -> Decorator[F]:
+    """Called when the operator starts and finds an object that it has handled before."""
+    return _changing(resource, Reason.RESUME, id=id, retries=retries, timeout=timeout, backoff=backoff,
+                     errors=errors, labels=labels, annotations=annotations, when=when, param=param,
+                     registry=registry)
+
+
+def delete(
+        *resource: str,
+        id: str | None = None,
+        retries: int | None = None,
+        timeout: float | None = None,
+        backoff: float = 60,
+        errors: ErrorsMode = ErrorsMode.TEMPORARY,
+        labels: MetaFilter | None = None,
+        annotations: MetaFilter | None = None,
+        when: WhenFilter | None = None,
+        optional: bool = False,
+        param: Any = None,
+        registry: OperatorRegistry | None = None,
+) -> Decorator[F]:
+    """
+    Called when an object is being deleted; the deletion waits for it (via a finalizer).
+
+    With ``optional=True``, the handler does not make the operator add its
+    finalizer: it runs only if the finalizer is there for other reasons.
+    """
+    return _changing(resource, Reason.DELETE, id=id, retries=retries, timeout=timeout, backoff=backoff,
+                     errors=errors, labels=labels, annotations=annotations, when=when, param=param,
+                     registry=registry, optional=optional)
+
+
+def field(
+        *resource: str,
+        field: dicts.FieldSpec,
+        id: str | None = None,
+        retries: int | None = None,
+        timeout: float | None = None,
+        backoff: float = 60,
+        errors: ErrorsMode = ErrorsMode.TEMPORARY,
+        labels: MetaFilter | None = None,
+        annotations: MetaFilter | None = None,
+        when: WhenFilter | None = None,
+        param: Any = None,
+        registry: OperatorRegistry | None = None,
+) -> Decorator[F]:
+    """
+    Called when one field (e.g. ``'spec.size'``) has changed, on creation or update.
+
+    ``old``, ``new`` and ``diff`` are those of the field. The handler's id
+    is ``fn/spec.size`` (or ``id/spec.size``).
+    """
+    path = dicts.parse_field(field)
+    if not path:
+        raise ValueError("A field handler needs a non-empty field=, e.g. 'spec.size'.")
+    return _changing(resource, None, id=id, retries=retries, timeout=timeout, backoff=backoff,
+                     errors=errors, labels=labels, annotations=annotations, when=when, param=param,
+                     registry=registry, field=path)
+
+
+def event(
+        *resource: str,
+        id: str | None = None,
+        labels: MetaFilter | None = None,
+        annotations: MetaFilter | None = None,
+        when: WhenFilter | None = None,
+        param: Any = None,
+        registry: OperatorRegistry | None = None,
+) -> Decorator[F]:
+    """Called for every watch event of an object, with ``type`` and ``event``; never retried."""
+    selector = Selector.from_args(*resource)
+
+    def decorator(fn: F) -> F:
+        handler = WatchingHandler(
+            fn=fn, id=HandlerId(id if id is not None else default_id(fn)),
+            labels=labels, annotations=annotations, when=when, param=param)
+        _registry(registry).register_watching_handler(selector, handler)
+        return fn
+    return decorator
+
+
+def subhandler(
+        *,
+        id: str | None = None,
+        errors: ErrorsMode | None = None,
+        timeout: float | None = None,
+        retries: int | None = None,
+        backoff: float | None = None,
+        param: Any = None,
+) -> Decorator[F]:
+    """The decorator form of :func:`kopf.register`, for use inside a handler."""
+    def decorator(fn: F) -> F:
+        subhandling.register(fn, id=id, errors=errors, timeout=timeout, retries=retries,
+                             backoff=backoff, param=param)
+        return fn
+    return decorator
+
+
+def _registry(registry: OperatorRegistry | None) -> OperatorRegistry:
+    return registry if registry is not None else registries.get_default_registry()
+
+
+def _check_policy(*, retries: int | None, timeout: float | None, backoff: float | None) -> None:
+    if retries is not None and retries < 0:
+        raise ValueError(f"retries= must not be negative, got {retries}.")
+    if timeout is not None and timeout < 0:
+        raise ValueError(f"timeout= must not be negative, got {timeout}.")
+    if backoff is not None and backoff < 0:
+        raise ValueError(f"backoff= must not be negative, got {backoff}.")
+
+
+def _activity(
+        activity: Activity,
+        *,
+        id: str | None,
+        errors: ErrorsMode | None,
+        timeout: float | None,
+        retries: int | None,
+        backoff: float | None,
+        param: Any,
+        registry: OperatorRegistry | None,
+) -> Decorator[F]:
+    _check_policy(retries=retries, timeout=timeout, backoff=backoff)
+
+    def decorator(fn: F) -> F:
+        handler = ActivityHandler(
+            fn=fn, id=HandlerId(id if id is not None else default_id(fn)), activity=activity,
+            errors=errors, timeout=timeout, retries=retries, backoff=backoff, param=param)
+        _registry(registry).register_activity_handler(handler)
+        return fn
+    return decorator
+
+
+def _changing(
+        resource: tuple[str, ...],
+        reason: Reason | None,
+        *,
+        id: str | None,
+        retries: int | None,
+        timeout: float | None,
+        backoff: float | None,
+        errors: ErrorsMode | None,
+        labels: MetaFilter | None,
+        annotations: MetaFilter | None,
+        when: WhenFilter | None,
+        param: Any,
+        registry: OperatorRegistry | None,
+        optional: bool = False,
+        field: dicts.FieldPath | None = None,
+) -> Decorator[F]:
+    selector = Selector.from_args(*resource)
+    _check_policy(retries=retries, timeout=timeout, backoff=backoff)
+
+    def decorator(fn: F) -> F:
+        base = id if id is not None else default_id(fn)
+        handler = ChangingHandler(
+            fn=fn, id=field_id(base, field) if field else HandlerId(base), reason=reason, field=field,
+            optional=optional, errors=errors, timeout=timeout, retries=retries, backoff=backoff,
+            labels=labels, annotations=annotations, when=when, param=param)
+        _registry(registry).register_changing_handler(selector, handler)
+        return fn
+    return decorator

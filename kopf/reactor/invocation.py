@@ -1,0 +1,64 @@
+"""
+Invocation: calling a user's function with the standard keyword arguments.
+
+``async def`` functions are awaited directly; plain functions run in the
+operator's executor, so that a blocking handler does not stop the event
+loop. Context variables are copied into the executor's thread, so that
+:func:`kopf.register` works in synchronous handlers too.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kopf.structs import hierarchies
+from kopf.structs.bodies import Body
+
+
+def body_kwargs(body: Body) -> dict[str, Any]:
+    """The keyword arguments that describe the object itself."""
+    meta = body.metadata
+    return {
+        'body': body,
+        'spec': body.spec,
+        'meta': meta,
+        'status': body.status,
+        'name': meta.name,
+        'namespace': meta.namespace,
+        'uid': meta.uid,
+        'labels': meta.labels,
+        'annotations': meta.annotations,
+    }
+
+
+def is_async(fn: Callable[..., Any]) -> bool:
+    """Whether calling the function gives a coroutine (also for partials and callable objects)."""
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(fn, '__call__', None)  # noqa: B004 -- looking for an async __call__
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+async def invoke(
+        fn: Callable[..., Any],
+        *,
+        kwargs: Mapping[str, Any],
+        executor: concurrent.futures.Executor | None = None,
+) -> Any:
+    """Call the function with these keyword arguments and return its result."""
+    body = kwargs.get('body')
+    if isinstance(body, Mapping):
+        hierarchies.owner_var.set(body)  # for kopf.adopt() & co. without an explicit owner
+    if is_async(fn):
+        return await fn(**kwargs)
+    loop = asyncio.get_running_loop()
+    context = contextvars.copy_context()
+    result = await loop.run_in_executor(executor, functools.partial(context.run, fn, **kwargs))
+    if inspect.isawaitable(result):  # e.g. a lambda returning a coroutine
+        return await result
+    return result

@@ -1,0 +1,133 @@
+"""
+Processing one event of one object: handle it, send the patch, report when to continue.
+
+This is where the pure handling cycle meets the API: the patch that the
+handling has accumulated is sent here, and its failures are dealt with so
+that no progress is lost: conflicts are re-based on the fresh object and
+re-sent, transient errors are re-sent after a pause.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import MutableSet
+from typing import Any
+
+import aiohttp
+
+from kopf.clients import fetching, patching
+from kopf.clients.auth import APIContext
+from kopf.clients.errors import APIConflictError, APIConnectionError, APIServerError, APIUnprocessableError
+from kopf.config import OperatorConfig
+from kopf.engines.loggers import ObjectLogger
+from kopf.reactor import handling
+from kopf.reactor.queueing import ProcessingOutcome, RawEvent, object_key
+from kopf.reactor.registries import OperatorRegistry
+from kopf.structs.bodies import Body
+from kopf.structs.patches import Patch
+from kopf.structs.resources import Resource, Selector
+
+# How often to re-send a patch that failed for transient reasons (after the client's own retries).
+PATCH_ATTEMPTS = 5
+PATCH_PAUSE = 1.0
+# When the server rejects our patch as invalid, handling is tried again this much later.
+REJECTED_PATCH_DELAY = 60.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ResourceWatch:
+    """Everything the processing of one resource's events needs, fixed for the operator's lifetime."""
+
+    context: APIContext
+    resource: Resource
+    selector: Selector
+    registry: OperatorRegistry
+    config: OperatorConfig
+    memo: Any
+    seen: MutableSet[str] = dataclasses.field(default_factory=set)  # objects seen since the start
+
+
+async def process_event(watch: ResourceWatch, raw_event: RawEvent, woken_up: bool) -> ProcessingOutcome:
+    """Handle one event (or a wake-up after a delay) of one object."""
+    body = Body(raw_event['object'])
+    logger = ObjectLogger(body=body)
+    if woken_up:
+        patch = Patch()
+        await handling.touch(config=watch.config, body=body, patch=patch)
+        if patch:
+            return await _send(watch, body=body, patch=patch, delay=None, logger=logger)
+        # Storages without a touch marker: continue from the latest known state ourselves.
+
+    key = object_key(raw_event)
+    first_seen = key not in watch.seen
+    watch.seen.add(key)
+    if raw_event.get('type') == 'DELETED':
+        watch.seen.discard(key)
+
+    result = await handling.handle_object(
+        registry=watch.registry, config=watch.config, resource=watch.selector,
+        event_type=raw_event.get('type'), body=body, first_seen=first_seen, memo=watch.memo, logger=logger)
+    if not result.patch:
+        return ProcessingOutcome(delay=result.delay)
+    return await _send(watch, body=body, patch=result.patch, delay=result.delay, logger=logger)
+
+
+async def _send(
+        watch: ResourceWatch,
+        *,
+        body: Body,
+        patch: Patch,
+        delay: float | None,
+        logger: ObjectLogger,
+) -> ProcessingOutcome:
+    """Send the patch until it lands, keeping it intact across transient failures."""
+    name = body.metadata.name or ''
+    namespace = body.metadata.namespace
+    for attempt in range(1, PATCH_ATTEMPTS + 1):
+        try:
+            patched = await patching.patch_obj(context=watch.context, resource=watch.resource,
+                                               namespace=namespace, name=name, patch=patch, logger=logger)
+        except APIConflictError:
+            fresh = await fetching.read_obj(context=watch.context, resource=watch.resource,
+                                            namespace=namespace, name=name)
+            if fresh is None:
+                return ProcessingOutcome()
+            logger.debug("The object has changed meanwhile; re-sending the patch based on the fresh object.")
+            patch = rebase(patch, Body(fresh), finalizer=watch.config.persistence.finalizer)
+            continue
+        except APIUnprocessableError as e:
+            logger.error("The server rejected the patch as invalid: %s. Retrying the handling in %ss.",
+                         e, REJECTED_PATCH_DELAY)
+            return ProcessingOutcome(delay=REJECTED_PATCH_DELAY)
+        except (APIServerError, APIConnectionError, aiohttp.ClientError, asyncio.TimeoutError) as e:
+            logger.warning("Failed to patch the object (attempt %d of %d): %s", attempt, PATCH_ATTEMPTS, e)
+            await asyncio.sleep(PATCH_PAUSE * attempt)
+            continue
+        if patched is None:
+            return ProcessingOutcome()  # gone meanwhile: nothing left to do
+        rv = patched.get('metadata', {}).get('resourceVersion')
+        return ProcessingOutcome(delay=delay, resource_version=str(rv) if rv else None, body=patched)
+    logger.error("Failed to patch the object %d times; retrying the handling in %ss.",
+                 PATCH_ATTEMPTS, REJECTED_PATCH_DELAY)
+    return ProcessingOutcome(delay=REJECTED_PATCH_DELAY)
+
+
+def rebase(patch: Patch, fresh: Body, *, finalizer: str) -> Patch:
+    """
+    Adapt a patch that conflicted to the fresh object.
+
+    Only the finalizers list carries a version precondition (lists are
+    replaced whole, so another controller's new finalizer must not be lost):
+    recompute it from the fresh list, keeping what we wanted for ours.
+    """
+    rebased = Patch(patch)
+    meta = dict(rebased.get('metadata') or {})
+    pending = meta.get('finalizers')
+    if isinstance(pending, list):
+        fresh_list = [f for f in fresh.metadata.finalizers if f != finalizer]
+        meta['finalizers'] = fresh_list + ([finalizer] if finalizer in pending else [])
+        meta['resourceVersion'] = fresh.metadata.resource_version
+    else:
+        meta.pop('resourceVersion', None)
+    rebased['metadata'] = meta
+    return rebased

@@ -1,0 +1,291 @@
+"""
+Registries: which handlers exist, for which resources and causes.
+
+Handlers are immutable descriptions of the user's functions and their
+options. The :class:`OperatorRegistry` keeps them by the unresolved resource
+selector they were declared for; the glue resolves the selectors against
+the cluster and asks the registry for the handlers of each resource.
+
+A module-level default registry collects the handlers of the decorators that
+are used without ``registry=`` -- the only global mutable state of the reactor
+besides the default lifecycle.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from kopf.errors import DuplicateHandlerError, ErrorsMode
+from kopf.reactor import filters, invocation
+from kopf.reactor.causation import Reason
+from kopf.structs import dicts
+from kopf.structs.bodies import Body
+from kopf.structs.ids import HandlerId
+from kopf.structs.resources import Resource, Selector
+
+# How the glue refers to a resource: by the declared selector, or by a resolved resource.
+ResourceKey = Selector | Resource
+
+DEFAULT_BACKOFF = 60.0
+
+
+class Activity(str, enum.Enum):
+    """Operator-level activities, not related to any object."""
+
+    STARTUP = 'startup'
+    CLEANUP = 'cleanup'
+    LOGIN = 'login'
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BaseHandler:
+    """A user's function with the options that govern its retries."""
+
+    fn: Callable[..., Any]
+    id: HandlerId
+    param: Any = dataclasses.field(default=None, hash=False)
+    errors: ErrorsMode | None = None
+    timeout: float | None = None
+    retries: int | None = None
+    backoff: float | None = None
+
+    def __str__(self) -> str:
+        return f"Handler {self.id!r}"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ActivityHandler(BaseHandler):
+    """A startup, cleanup or login handler."""
+
+    activity: Activity
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ResourceHandler(BaseHandler):
+    """A handler of objects, with the filters that narrow down the objects it handles."""
+
+    labels: filters.MetaFilter | None = dataclasses.field(default=None, hash=False)
+    annotations: filters.MetaFilter | None = dataclasses.field(default=None, hash=False)
+    when: filters.WhenFilter | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ChangingHandler(ResourceHandler):
+    """
+    A handler of a cause: create, update, delete, resume, a field change, or a sub-handler.
+
+    ``reason`` is ``None`` for field handlers (they join the create and update
+    causes when their field changed) and for sub-handlers (they run with
+    their parent's cause).
+    """
+
+    reason: Reason | None = None
+    field: dicts.FieldPath | None = None
+    optional: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WatchingHandler(ResourceHandler):
+    """An event handler: called for every watch event, with no state and no retries."""
+
+
+def default_id(fn: Callable[..., Any]) -> str:
+    """A function's id unless given: its qualified name, which is stable across restarts."""
+    name = getattr(fn, '__qualname__', None) or getattr(fn, '__name__', None)
+    return str(name) if name else repr(fn)
+
+
+def field_id(base: str, field: dicts.FieldPath) -> HandlerId:
+    """Field handlers are known as ``fn/spec.field``, so that one function can watch several fields."""
+    return HandlerId(f"{base}/{dicts.format_field(field)}")
+
+
+def matches(handler: ResourceHandler, *, body: Body, kwargs: Mapping[str, Any]) -> bool:
+    """Whether the handler's filters accept the object; ``kwargs`` are what ``when=`` receives."""
+    return (filters.match_meta(handler.labels, body.metadata.labels) and
+            filters.match_meta(handler.annotations, body.metadata.annotations) and
+            filters.match_when(handler.when, kwargs))
+
+
+def _selects(selector: Selector, resource: ResourceKey) -> bool:
+    if isinstance(resource, Selector):
+        return selector == resource
+    return selector.match_rank(resource) is not None
+
+
+# Handlers that may run in the same handling cycle must have distinct ids,
+# because their progress is stored by id. Resume handlers join the update
+# cycles on the first sight of a changed object; field handlers join both
+# create and update cycles.
+def _cycles(handler: ChangingHandler) -> frozenset[Reason]:
+    if handler.reason is None:
+        return frozenset({Reason.CREATE, Reason.UPDATE})
+    if handler.reason == Reason.RESUME:
+        return frozenset({Reason.RESUME, Reason.UPDATE})
+    return frozenset({handler.reason})
+
+
+def _conflicts(a: ChangingHandler, b: ChangingHandler) -> bool:
+    if a.id != b.id or not (_cycles(a) & _cycles(b)):
+        return False
+    # The same function as an update and a resume handler is one handler: it runs once.
+    return not (a.fn == b.fn and a.reason != b.reason)
+
+
+class OperatorRegistry:
+    """All handlers of an operator: activity handlers, and resource handlers by selector."""
+
+    def __init__(self) -> None:
+        self._activity: list[ActivityHandler] = []
+        self._changing: dict[Selector, list[ChangingHandler]] = {}
+        self._watching: dict[Selector, list[WatchingHandler]] = {}
+
+    # Registration.
+
+    def register_activity_handler(self, handler: ActivityHandler) -> None:
+        for existing in self._activity:
+            if existing.activity == handler.activity and existing.id == handler.id:
+                raise DuplicateHandlerError(
+                    f"An {handler.activity} handler with the id {handler.id!r} is already registered "
+                    f"({existing.fn!r}); pass a unique id= to {handler.fn!r}.")
+        self._activity.append(handler)
+
+    def register_changing_handler(self, selector: Selector, handler: ChangingHandler) -> None:
+        handlers = self._changing.setdefault(selector, [])
+        for existing in handlers:
+            if _conflicts(existing, handler):
+                raise DuplicateHandlerError(
+                    f"Two handlers for {selector} share the id {handler.id!r} and can run for the same "
+                    f"cause ({_describe(existing)} and {_describe(handler)}); their progress would mix up. "
+                    f"Pass a unique id= to one of them.")
+        handlers.append(handler)
+
+    def register_watching_handler(self, selector: Selector, handler: WatchingHandler) -> None:
+        handlers = self._watching.setdefault(selector, [])
+        for existing in handlers:
+            if existing.id == handler.id:
+                raise DuplicateHandlerError(
+                    f"Two event handlers for {selector} share the id {handler.id!r} "
+                    f"({existing.fn!r} and {handler.fn!r}); pass a unique id= to one of them.")
+        handlers.append(handler)
+
+    # Queries.
+
+    @property
+    def selectors(self) -> tuple[Selector, ...]:
+        """All resources with handlers, in the order of their first registration."""
+        return tuple(dict.fromkeys([*self._changing, *self._watching]))
+
+    def get_activity_handlers(self, activity: Activity) -> list[ActivityHandler]:
+        return [handler for handler in self._activity if handler.activity == activity]
+
+    def get_watching_handlers(self, resource: ResourceKey) -> list[WatchingHandler]:
+        return list(_unique(self._select(self._watching, resource)))
+
+    def get_changing_handlers(self, resource: ResourceKey, reason: Reason) -> list[ChangingHandler]:
+        """The handlers declared for one cause: create, update, delete or resume."""
+        handlers = self._select(self._changing, resource)
+        return list(_unique(h for h in handlers if h.reason == reason))
+
+    def get_field_handlers(self, resource: ResourceKey) -> list[ChangingHandler]:
+        handlers = self._select(self._changing, resource)
+        return list(_unique(h for h in handlers if h.reason is None))
+
+    def get_all_changing_handlers(self, resource: ResourceKey) -> list[ChangingHandler]:
+        return list(_unique(self._select(self._changing, resource)))
+
+    def has_changing_handlers(self, resource: ResourceKey) -> bool:
+        return bool(self.get_all_changing_handlers(resource))
+
+    def get_extra_fields(self, resource: ResourceKey) -> list[dicts.FieldPath]:
+        """
+        Fields watched by field handlers outside of what the diff-base keeps by itself.
+
+        The essence keeps the spec, labels, annotations and other top-level
+        user fields, but not the status: a field handler on ``status.x``
+        needs ``status.x`` to be added explicitly.
+        """
+        fields = [h.field for h in self.get_field_handlers(resource) if h.field]
+        return list(dict.fromkeys(f for f in fields if f[0] not in ('spec', 'metadata')))
+
+    def requires_finalizer(
+            self,
+            resource: ResourceKey,
+            body: Body,
+            *,
+            kwargs: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """
+        Whether our finalizer must block the object's deletion.
+
+        It must if any non-optional delete handler is interested in the
+        object. ``when=`` filters receive ``kwargs`` (by default, those that
+        describe the object).
+        """
+        kwargs = invocation.body_kwargs(body) if kwargs is None else kwargs
+        return any(
+            matches(handler, body=body, kwargs=kwargs)
+            for handler in self.get_changing_handlers(resource, Reason.DELETE)
+            if not handler.optional
+        )
+
+    def _select(self, table: Mapping[Selector, list[Any]], resource: ResourceKey) -> Iterator[Any]:
+        for selector, handlers in table.items():
+            if _selects(selector, resource):
+                yield from handlers
+
+
+class SubRegistry:
+    """The sub-handlers that one parent handler registers during one invocation, in order."""
+
+    def __init__(self, handlers: Iterable[ChangingHandler] = ()) -> None:
+        self._handlers: list[ChangingHandler] = []
+        for handler in handlers:
+            self.register(handler)
+
+    def register(self, handler: ChangingHandler) -> None:
+        for existing in self._handlers:
+            if existing.id == handler.id:
+                raise DuplicateHandlerError(
+                    f"Two sub-handlers share the id {handler.id!r} ({existing.fn!r} and {handler.fn!r}); "
+                    f"pass a unique id= to one of them.")
+        self._handlers.append(handler)
+
+    def __iter__(self) -> Iterator[ChangingHandler]:
+        return iter(list(self._handlers))
+
+    def __len__(self) -> int:
+        return len(self._handlers)
+
+
+def _unique(handlers: Iterable[Any]) -> Iterator[Any]:
+    """Drop the repeated handlers that several matching selectors may give (by identity)."""
+    seen: set[int] = set()
+    for handler in handlers:
+        if id(handler) not in seen:
+            seen.add(id(handler))
+            yield handler
+
+
+def _describe(handler: ChangingHandler) -> str:
+    kind = handler.reason.value if handler.reason is not None else 'field'
+    return f"{kind} {handler.fn!r}"
+
+
+_default_registry = OperatorRegistry()
+
+
+def get_default_registry() -> OperatorRegistry:
+    """The registry of the decorators used without ``registry=``."""
+    return _default_registry
+
+
+def set_default_registry(registry: OperatorRegistry) -> None:
+    """Replace the default registry, e.g. to isolate tests or embedded operators."""
+    global _default_registry
+    _default_registry = registry

@@ -1,0 +1,193 @@
+"""
+Kubernetes resources: what the user asked for, and what the cluster serves.
+
+A :class:`Selector` is the user's unresolved reference (``'kopfexamples'``,
+``'kopfexamples.kopf.dev'``, ``'KopfExample'``, or a group-version-plural
+triple). Discovery turns it into a :class:`Resource`, which knows everything
+needed to build URLs: the group, the version, the plural, whether objects are
+namespaced, and which subresources (e.g. ``status``) the server offers.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import urllib.parse
+from collections.abc import Iterable, Mapping
+
+# A query parameter's value: booleans become 'true'/'false', None drops the parameter.
+ParamValue = str | int | float | bool | None
+
+# Kubernetes API versions: v1, v2beta1, v1alpha3, ...
+_VERSION_RE = re.compile(r'^v\d+((alpha|beta)\d+)?$')
+
+
+@dataclasses.dataclass(frozen=True)
+class Resource:
+    """A resource as served by the cluster, with everything needed to address it."""
+
+    group: str  # '' for the core API group ('v1' pods, configmaps, events, ...)
+    version: str
+    plural: str
+    kind: str | None = None
+    namespaced: bool = True
+    subresources: frozenset[str] = frozenset()
+
+    @property
+    def api_version(self) -> str:
+        """The ``apiVersion`` of the objects: ``'v1'`` for core, else ``'group/version'``."""
+        return f'{self.group}/{self.version}' if self.group else self.version
+
+    def get_url(
+            self,
+            *,
+            server: str,
+            namespace: str | None = None,
+            name: str | None = None,
+            subresource: str | None = None,
+            params: Mapping[str, ParamValue] | None = None,
+    ) -> str:
+        """
+        The full URL of the resource's collection or of one of its objects.
+
+        With no namespace, a namespaced resource is addressed cluster-wide (all
+        namespaces), which is how the operator lists and watches it. For
+        cluster-scoped resources the namespace is ignored: their objects have
+        none, and callers usually pass ``body.namespace`` as is.
+        """
+        if subresource is not None and name is None:
+            raise ValueError(f"A subresource ({subresource!r}) needs an object name.")
+        base = '/api' if not self.group else f'/apis/{self.group}'
+        parts = [server.rstrip('/') + base, self.version]
+        if self.namespaced and namespace is not None:
+            parts += ['namespaces', _quote(namespace)]
+        parts.append(self.plural)
+        if name is not None:
+            parts.append(_quote(name))
+        if subresource is not None:
+            parts.append(subresource)
+        url = '/'.join(parts)
+        query = build_query(params or {})
+        return f'{url}?{query}' if query else url
+
+    def __str__(self) -> str:
+        return f'{self.plural}.{self.version}.{self.group}'.rstrip('.')
+
+
+def build_query(params: Mapping[str, ParamValue]) -> str:
+    """URL-encode query parameters the way the API server expects them (``true``/``false``)."""
+    pairs: list[tuple[str, str]] = []
+    for key, value in params.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            pairs.append((key, 'true' if value else 'false'))
+        else:
+            pairs.append((key, str(value)))
+    return urllib.parse.urlencode(pairs)
+
+
+def _quote(segment: str) -> str:
+    return urllib.parse.quote(segment, safe='')
+
+
+@dataclasses.dataclass(frozen=True)
+class Selector:
+    """
+    A user's reference to a resource, before the cluster is asked about it.
+
+    Either an exact ``plural`` (with an optional group and version), or a bare
+    ``name`` that may be a plural, a singular, a kind or a short name — the
+    forms ``kubectl`` accepts. ``group=None`` means any group; ``group=''`` is
+    the core group only. Build it from decorator arguments with
+    :meth:`from_args`.
+    """
+
+    group: str | None = None
+    version: str | None = None
+    plural: str | None = None
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.plural is None) == (self.name is None):
+            raise TypeError("A resource selector needs exactly one of: plural=, name=.")
+        if self.version is not None and not self.version:
+            raise ValueError("A resource selector's version cannot be empty.")
+
+    @classmethod
+    def from_args(cls, *args: str) -> Selector:
+        """
+        Interpret the positional resource arguments of decorators.
+
+        * ``('kopf.dev', 'v1', 'kopfexamples')`` — group, version, plural
+          (``''`` as the group for the core API: ``('', 'v1', 'pods')``);
+        * ``('kopf.dev/v1', 'kopfexamples')`` or ``('v1', 'pods')`` —
+          an apiVersion and a plural;
+        * ``('kopfexamples',)``, ``('KopfExample',)``, ``('pods',)`` —
+          a bare name: plural, singular, kind or short name, in any group;
+        * ``('kopfexamples.kopf.dev',)`` — a name in a group;
+        * ``('deployments.v1.apps',)`` — a name, a version and a group.
+        """
+        if len(args) == 3:
+            group, version, plural = args
+            return cls(group=group, version=version, plural=plural)
+        if len(args) == 2:
+            api_version, plural = args
+            group, _, version = api_version.rpartition('/')
+            if not _VERSION_RE.match(version):
+                raise ValueError(f"Not an apiVersion: {api_version!r} (expected 'group/version' or 'v1').")
+            return cls(group=group, version=version, plural=plural)
+        if len(args) == 1:
+            return cls.parse(args[0])
+        raise TypeError(f"A resource is given as 1 to 3 strings, got {len(args)}: {args!r}.")
+
+    @classmethod
+    def parse(cls, text: str) -> Selector:
+        """Parse ``'name'``, ``'name.group'`` or ``'name.version.group'``."""
+        if not text or text != text.strip() or '/' in text:
+            raise ValueError(f"Not a resource name: {text!r}.")
+        name, _, rest = text.partition('.')
+        if not rest:
+            return cls(name=name)
+        first, _, remainder = rest.partition('.')
+        if remainder and _VERSION_RE.match(first):
+            return cls(name=name, version=first, group=remainder)
+        return cls(name=name, group=rest)
+
+    def match_rank(
+            self,
+            resource: Resource,
+            *,
+            singular: str = '',
+            short_names: Iterable[str] = (),
+    ) -> int | None:
+        """
+        How well a served resource matches: lower is better, ``None`` is no match.
+
+        The plural is the strongest match, then the singular, the kind and the
+        short names — so that ``'pods'`` means pods even if some custom
+        resource claims ``pods`` as a short name.
+        """
+        if self.group is not None and self.group != resource.group:
+            return None
+        if self.version is not None and self.version != resource.version:
+            return None
+        if self.plural is not None:
+            return 0 if self.plural == resource.plural else None
+        wanted = (self.name or '').lower()
+        candidates = [resource.plural, singular, resource.kind or '']
+        for rank, candidate in enumerate(candidates):
+            if candidate and candidate.lower() == wanted:
+                return rank
+        if wanted in {short.lower() for short in short_names}:
+            return len(candidates)
+        return None
+
+    def __str__(self) -> str:
+        text = self.plural if self.plural is not None else self.name
+        if self.version is not None:
+            text = f'{text}.{self.version}'
+        if self.group:
+            text = f'{text}.{self.group}'
+        elif self.group == '' and self.version is None:
+            text = f'{text} (core)'
+        return str(text)

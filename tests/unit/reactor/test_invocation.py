@@ -1,0 +1,89 @@
+import concurrent.futures
+import contextvars
+import functools
+import threading
+
+from kopf.reactor.invocation import body_kwargs, invoke, is_async
+from kopf.structs.bodies import Body
+
+var: contextvars.ContextVar[str] = contextvars.ContextVar('var')
+
+
+async def test_async_functions_are_awaited_in_the_loop():
+    async def fn(x, **_):
+        return x, threading.get_ident()
+
+    assert await invoke(fn, kwargs={'x': 1, 'y': 2}) == (1, threading.get_ident())
+
+
+async def test_sync_functions_run_in_the_given_executor():
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix='handlers') as executor:
+        def fn(x, **_):
+            return x, threading.current_thread().name
+
+        result, thread_name = await invoke(fn, kwargs={'x': 1}, executor=executor)
+
+    assert result == 1
+    assert thread_name.startswith('handlers')
+
+
+async def test_context_variables_reach_sync_functions_and_share_mutable_values():
+    collected: list[str] = []
+    var.set('value')
+
+    def fn(**_):
+        collected.append(var.get())
+        var.set('changed-in-thread')  # must not leak back
+
+    await invoke(fn, kwargs={})
+
+    assert collected == ['value']
+    assert var.get() == 'value'
+
+
+async def test_exceptions_propagate():
+    def fn(**_):
+        raise ValueError('boom')
+
+    try:
+        await invoke(fn, kwargs={})
+    except ValueError as e:
+        assert str(e) == 'boom'
+    else:
+        raise AssertionError('not raised')
+
+
+async def test_sync_callables_returning_awaitables_are_awaited():
+    async def coro():
+        return 'done'
+
+    assert await invoke(lambda **_: coro(), kwargs={}) == 'done'
+
+
+def test_async_detection():
+    async def fn(**_):
+        pass
+
+    class Callable:
+        async def __call__(self, **_):
+            pass
+
+    assert is_async(fn)
+    assert is_async(functools.partial(fn, a=1))
+    assert is_async(Callable())
+    assert not is_async(lambda **_: None)
+
+
+def test_body_kwargs():
+    body = Body({'metadata': {'name': 'n', 'namespace': 'ns', 'uid': 'u', 'labels': {'l': '1'},
+                              'annotations': {'a': '2'}}, 'spec': {'s': 1}, 'status': {'t': 2}})
+
+    kwargs = body_kwargs(body)
+
+    assert kwargs['body'] is body
+    assert kwargs['spec'] == {'s': 1}
+    assert kwargs['status'] == {'t': 2}
+    assert kwargs['meta']['name'] == 'n'
+    assert (kwargs['name'], kwargs['namespace'], kwargs['uid']) == ('n', 'ns', 'u')
+    assert kwargs['labels'] == {'l': '1'}
+    assert kwargs['annotations'] == {'a': '2'}

@@ -1,0 +1,189 @@
+import pytest
+
+import kopf.on
+from kopf.errors import ErrorsMode
+from kopf.reactor import subhandling
+from kopf.reactor.causation import Reason
+from kopf.reactor.filters import ABSENT, PRESENT
+from kopf.reactor.registries import Activity, OperatorRegistry
+from kopf.structs.resources import Selector
+
+
+@pytest.fixture()
+def registry():
+    return OperatorRegistry()
+
+
+def fn(**_):
+    pass
+
+
+def only_changing(registry, reason=None):
+    selector, = registry.selectors
+    if reason is None:
+        handler, = registry.get_field_handlers(selector)
+    else:
+        handler, = registry.get_changing_handlers(selector, reason)
+    return selector, handler
+
+
+@pytest.mark.parametrize('args, expected', [
+    (('kopf.dev', 'v1', 'kopfexamples'), Selector(group='kopf.dev', version='v1', plural='kopfexamples')),
+    (('', 'v1', 'pods'), Selector(group='', version='v1', plural='pods')),
+    (('kopf.dev/v1', 'kopfexamples'), Selector(group='kopf.dev', version='v1', plural='kopfexamples')),
+    (('kopfexamples',), Selector(name='kopfexamples')),
+    (('KopfExample',), Selector(name='KopfExample')),
+    (('kopfexamples.kopf.dev',), Selector(name='kopfexamples', group='kopf.dev')),
+])
+def test_resource_forms(registry, args, expected):
+    kopf.on.create(*args, registry=registry)(fn)
+
+    assert registry.selectors == (expected,)
+
+
+def test_decorators_return_the_function_unchanged(registry):
+    decorated = kopf.on.update('pods', registry=registry)(kopf.on.create('pods', registry=registry)(fn))
+    assert decorated is fn
+
+
+@pytest.mark.parametrize('decorator, reason', [
+    (kopf.on.create, Reason.CREATE),
+    (kopf.on.update, Reason.UPDATE),
+    (kopf.on.delete, Reason.DELETE),
+    (kopf.on.resume, Reason.RESUME),
+])
+def test_changing_handlers_keep_their_options(registry, decorator, reason):
+    def when(**_):
+        return True
+
+    decorator('pods', id='my-id', retries=3, timeout=30, backoff=5, errors=ErrorsMode.PERMANENT,
+              labels={'a': PRESENT}, annotations={'b': ABSENT}, when=when, param='p', registry=registry)(fn)
+
+    _, handler = only_changing(registry, reason)
+    assert handler.fn is fn
+    assert handler.id == 'my-id'
+    assert handler.reason == reason
+    assert (handler.retries, handler.timeout, handler.backoff) == (3, 30, 5)
+    assert handler.errors == ErrorsMode.PERMANENT
+    assert handler.labels == {'a': PRESENT}
+    assert handler.annotations == {'b': ABSENT}
+    assert handler.when is when
+    assert handler.param == 'p'
+    assert handler.field is None
+    assert not handler.optional
+
+
+def test_changing_handler_defaults(registry):
+    kopf.on.create('pods', registry=registry)(fn)
+
+    _, handler = only_changing(registry, Reason.CREATE)
+    assert handler.id == 'fn'
+    assert handler.retries is None
+    assert handler.timeout is None
+    assert handler.backoff == 60
+    assert handler.errors == ErrorsMode.TEMPORARY
+
+
+def test_optional_delete_handlers(registry):
+    kopf.on.delete('pods', optional=True, registry=registry)(fn)
+
+    _, handler = only_changing(registry, Reason.DELETE)
+    assert handler.optional
+
+
+def test_field_handlers_need_a_field(registry):
+    kopf.on.field('pods', field='spec.size', registry=registry)(fn)
+
+    _, handler = only_changing(registry)
+    assert handler.field == ('spec', 'size')
+    assert handler.id == 'fn/spec.size'
+    assert handler.reason is None
+    with pytest.raises(TypeError):
+        kopf.on.field('pods', registry=registry)
+    with pytest.raises(ValueError):
+        kopf.on.field('pods', field='', registry=registry)
+
+
+def test_event_handlers(registry):
+    kopf.on.event('pods', labels={'x': '1'}, param=5, registry=registry)(fn)
+
+    handler, = registry.get_watching_handlers(Selector(name='pods'))
+    assert handler.fn is fn
+    assert handler.id == 'fn'
+    assert handler.labels == {'x': '1'}
+    assert handler.param == 5
+
+
+@pytest.mark.parametrize('decorator, activity', [
+    (kopf.on.startup, Activity.STARTUP),
+    (kopf.on.cleanup, Activity.CLEANUP),
+    (kopf.on.login, Activity.LOGIN),
+])
+def test_activity_handlers(registry, decorator, activity):
+    decorator(id='act', retries=2, timeout=5, backoff=1, errors=ErrorsMode.IGNORED, registry=registry)(fn)
+
+    handler, = registry.get_activity_handlers(activity)
+    assert handler.fn is fn
+    assert handler.id == 'act'
+    assert (handler.retries, handler.timeout, handler.backoff) == (2, 5, 1)
+    assert handler.errors == ErrorsMode.IGNORED
+
+
+@pytest.mark.parametrize('options', [{'retries': -1}, {'timeout': -1}, {'backoff': -1}])
+def test_negative_policies_are_rejected(registry, options):
+    with pytest.raises(ValueError):
+        kopf.on.create('pods', registry=registry, **options)
+
+
+def test_bad_resources_are_rejected(registry):
+    with pytest.raises((TypeError, ValueError)):
+        kopf.on.create(registry=registry)
+    with pytest.raises((TypeError, ValueError)):
+        kopf.on.create('a', 'b', 'c', 'd', registry=registry)
+
+
+def test_register_and_execute_are_exported():
+    assert kopf.on.register is subhandling.register
+    assert kopf.on.execute is subhandling.execute
+
+
+async def test_subhandler_decorator_registers_into_the_running_handler():
+    ran = []
+
+    async def run(children, lifecycle):
+        ran.extend(child.id for child in children)
+
+    context = subhandling.SubhandlingContext(parent_id='parent', run=run)
+    token = subhandling.subhandling_context.set(context)
+    try:
+        @kopf.on.subhandler(id='child', retries=2)
+        def child(**_):
+            pass
+        kopf.on.register(fn)
+        await kopf.on.execute()
+    finally:
+        subhandling.subhandling_context.reset(token)
+
+    assert [h.id for h in context.registry] == ['parent/child', 'parent/fn']
+    assert [h.retries for h in context.registry] == [2, None]
+    assert ran == ['parent/child', 'parent/fn']
+    assert context.pending == []
+
+
+async def test_execute_never_runs_the_same_subhandler_twice_per_invocation():
+    ran = []
+
+    async def run(children, lifecycle):
+        ran.extend(child.id for child in children)
+
+    context = subhandling.SubhandlingContext(parent_id='p', run=run)
+    token = subhandling.subhandling_context.set(context)
+    try:
+        await kopf.on.execute(fns={'a': fn})
+        await kopf.on.execute(fns={'a': fn, 'b': fn})
+        with pytest.raises(TypeError):
+            await kopf.on.execute(fns=[fn], registry=subhandling.SubRegistry())
+    finally:
+        subhandling.subhandling_context.reset(token)
+
+    assert ran == ['p/a', 'p/b']
