@@ -87,6 +87,7 @@ def find_dropped(sent: Mapping[str, Any], received: Mapping[str, Any]) -> list[F
 
     Dicts are walked; lists and scalars are leaves and must come back equal.
     A ``None`` sent means "delete", so the key must be absent in the answer.
+    Empty lists and dicts may come back absent: the server omits them.
     """
     return list(_walk(sent, received, ()))
 
@@ -102,5 +103,7 @@ def _walk(sent: Mapping[str, Any], received: Any, path: FieldPath) -> Iterator[F
                 yield subpath
         elif isinstance(value, Mapping):
             yield from _walk(value, actual, subpath)
+        elif actual is _MISSING and value == []:
+            continue
         elif actual is _MISSING or actual != value:
             yield subpath

@@ -25,6 +25,7 @@ logger = logging.getLogger('kopf.storage')
 Essence = dict[str, Any]
 
 LAST_HANDLED_NAME = 'last-handled-configuration'
+TOUCH_DUMMY_NAME = 'touch-dummy'  # the default wake-up marker of the annotations progress storages
 KUBECTL_LAST_APPLIED = 'kubectl.kubernetes.io/last-applied-configuration'
 
 # Annotations are limited to 256 KiB per object in total; warn well before that.
@@ -64,7 +65,7 @@ class DiffBaseStorage(abc.ABC):
 
     def _is_framework_annotation(self, key: str, value: Any) -> bool:
         _, name = conventions.split_key(key)
-        return (key == KUBECTL_LAST_APPLIED or name == LAST_HANDLED_NAME or
+        return (key == KUBECTL_LAST_APPLIED or name in (LAST_HANDLED_NAME, TOUCH_DUMMY_NAME) or
                 (isinstance(value, str) and records.looks_like_record(value)))
 
     @abc.abstractmethod

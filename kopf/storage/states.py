@@ -224,6 +224,7 @@ class State(Mapping[HandlerId, HandlerState]):
 
         Sub-handlers' records go too, recursively, also those of sub-handlers
         that are not loaded in this state: their ids are in their parents' records.
+        The storage's touch marker is removed as well.
         """
         pending = [*self._states, *handler_ids]
         purged: set[HandlerId] = set()
@@ -238,6 +239,8 @@ class State(Mapping[HandlerId, HandlerState]):
                 state = HandlerState.from_record(record) if record else None
             pending.extend(state.subrefs if state is not None else ())
             await calls.call(storage.purge, key=handler_id, body=body, patch=patch)
+        # The wake-up marker has done its job once the cause is handled: leave no litter behind.
+        await calls.call(storage.touch, body=body, patch=patch, value=None)
         await calls.call(storage.flush)
 
     @property

@@ -226,3 +226,10 @@ async def test_5xx_is_raised_after_the_bounded_retries(context, aresponses, host
         await patch_obj(context=context, resource=WITHOUT_STATUS, namespace='ns1', name='kex1',
                         patch={'spec': {'x': 1}})
     assert len(history()) == 3  # 1 + 2 retries of the test context
+
+
+def test_an_emptied_list_that_comes_back_absent_is_not_dropped():
+    # Removing the last finalizer: the server omits the empty list in its answer.
+    assert find_dropped({'metadata': {'finalizers': []}}, {'metadata': {'name': 'n'}}) == []
+    assert find_dropped({'metadata': {'finalizers': ['a']}}, {'metadata': {'name': 'n'}}) == [
+        ('metadata', 'finalizers')]

@@ -30,6 +30,7 @@ FULL = {
             'kopf.zalando.org/last-handled-configuration': '{"spec":{}}',
             'other.op/last-handled-configuration': '{"spec":{}}',
             'other.op/fn': '{"started":"2020-01-01T00:00:00"}',
+            'other.op/touch-dummy': '2020-01-01T00:00:00',
         },
     },
     'spec': {'field': 'value'},

@@ -270,3 +270,11 @@ async def test_purge_follows_subrefs_recursively_through_the_storage(clock):
     patch = Patch()
     await loaded.purge(body=body, patch=patch, storage=storage)
     assert applied(body, patch).metadata.annotations == {}
+
+
+async def test_purge_removes_the_touch_marker(clock):
+    storage = AnnotationsProgressStorage()
+    raw = {'metadata': {'annotations': {'kopf.zalando.org/touch-dummy': 'x', 'user': 'u'}}}
+    patch = Patch()
+    await State({A: HandlerState.from_scratch()}).purge(body=Body(raw), patch=patch, storage=storage)
+    assert applied(Body(raw), patch).metadata.annotations == {'user': 'u'}
