@@ -21,7 +21,9 @@ from pathlib import Path
 
 import click
 
+from kopf.clients.auth import LoginError
 from kopf.engines import loggers
+from kopf.errors import ActivityError
 from kopf.reactor import running
 
 
@@ -102,10 +104,13 @@ def run(
         logging.getLogger('aiohttp').setLevel(logging.INFO)
     load_operator_code(paths, modules)
     controls = controls or CLIControls()
-    running.run(
-        namespaces=namespaces,
-        clusterwide=clusterwide or not namespaces,
-        standalone=standalone,
-        stop_flag=controls.stop_flag,
-        ready_flag=controls.ready_flag,
-    )
+    try:
+        running.run(
+            namespaces=namespaces,
+            clusterwide=clusterwide or not namespaces,
+            standalone=standalone,
+            stop_flag=controls.stop_flag,
+            ready_flag=controls.ready_flag,
+        )
+    except (running.OperatorError, LoginError, ActivityError) as e:
+        raise click.ClickException(str(e)) from e

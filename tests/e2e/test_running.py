@@ -1,0 +1,50 @@
+"""Running operators for real: in-process with KopfRunner, and ``kopf run`` failing clearly."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import kopf
+from kopf.testing import KopfRunner
+from tests.e2e.harness import OPERATORS, handlers_called
+from tests.e2e.kubeapi import wait_for
+
+
+@pytest.fixture()
+def fresh_registry():
+    """In-process operators register into the default registry: give each test a clean one."""
+    original = kopf.get_default_registry()
+    kopf.set_default_registry(kopf.OperatorRegistry())
+    try:
+        yield
+    finally:
+        kopf.set_default_registry(original)
+
+
+def test_kopf_runner_handles_configmaps_in_process(kube, kubeconfig, namespace, tmp_path, fresh_registry):
+    calls = tmp_path / 'calls.jsonl'
+    env = {'KUBECONFIG': str(kubeconfig), 'E2E_RESOURCE': 'configmaps', 'E2E_CALLS': str(calls),
+           'E2E_SECOND_FAILS': '0'}
+    path = f'/api/v1/namespaces/{namespace}/configmaps/cm'
+    with KopfRunner(['run', str(OPERATORS / 'tracing.py'), '-n', namespace, '--verbose'],
+                    env=env, timeout=30, ready_timeout=30) as runner:
+        assert runner.ready
+        kube.create(f'/api/v1/namespaces/{namespace}/configmaps',
+                    {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': 'cm'}, 'data': {'k': 'v'}})
+        wait_for(lambda: {'first', 'second', 'third'} <= set(handlers_called(calls)), timeout=30,
+                 what="the handlers")
+        wait_for(lambda: 'kopf.zalando.org/last-handled-configuration' in
+                 kube.get(path)['metadata'].get('annotations', {}), timeout=10, what="the diff-base")
+    assert runner.exit_code == 0
+    assert runner.exception is None
+    assert "Handler 'first' succeeded" in runner.output
+    essence = kube.get(path)['metadata']['annotations']['kopf.zalando.org/last-handled-configuration']
+    assert json.loads(essence) == {'data': {'k': 'v'}}
+
+
+def test_a_resource_missing_on_the_server_stops_the_operator_naming_it(operators, tmp_path):
+    operator = operators(E2E_RESOURCE='nonexistents.e2e.kopf.dev', E2E_CALLS=str(tmp_path / 'calls.jsonl'))
+    assert operator.process.wait(timeout=30) == 1
+    assert 'nonexistents.e2e.kopf.dev' in operator.output
+    assert 'Cannot serve the resource' in operator.output

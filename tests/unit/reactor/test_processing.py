@@ -1,0 +1,171 @@
+"""
+Processing: sending the handling's patch, and never losing it on API failures.
+
+The API server is an ``aresponses`` mock; the handling itself is replaced by
+a fixed result where only the sending matters.
+"""
+import json
+import logging
+
+import pytest
+from aiohttp import web
+
+from kopf.config import OperatorConfig
+from kopf.reactor import handling, processing
+from kopf.reactor.handling import HandlingResult
+from kopf.reactor.registries import OperatorRegistry
+from kopf.storage.progress import ProgressStorage
+from kopf.structs.bodies import Body
+from kopf.structs.patches import Patch
+from kopf.structs.resources import Resource, Selector
+
+RESOURCE = Resource(group='kopf.dev', version='v1', plural='kopfexamples', kind='KopfExample',
+                    subresources=frozenset({'status'}))
+PATH = '/apis/kopf.dev/v1/namespaces/ns/kopfexamples/ex'
+OURS = 'kopf.zalando.org/KopfFinalizerMarker'
+
+
+def raw(rv='1', finalizers=(), annotations=None):
+    return {'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample',
+            'metadata': {'name': 'ex', 'namespace': 'ns', 'uid': 'u', 'resourceVersion': rv,
+                         'finalizers': list(finalizers), 'annotations': annotations or {}},
+            'spec': {}}
+
+
+@pytest.fixture()
+def watch(context):
+    return processing.ResourceWatch(context=context, resource=RESOURCE, selector=Selector.from_args('kopfexamples'),
+                                    registry=OperatorRegistry(), config=OperatorConfig(), memo=None)
+
+
+@pytest.fixture()
+def result(monkeypatch):
+    """Make the handling produce the given patch and delay."""
+    def set_result(patch, delay=None):
+        async def fake_handle_object(**_):
+            return HandlingResult(patch=Patch(patch), delay=delay, cause='create', done=delay is None)
+        monkeypatch.setattr(handling, 'handle_object', fake_handle_object)
+    monkeypatch.setattr(processing, 'PATCH_PAUSE', 0)
+    return set_result
+
+
+def patched(sent_bodies, rv):
+    async def handler(request):
+        body = await request.json()
+        sent_bodies.append(body)
+        return web.json_response({**raw(rv), **body, 'metadata': {**raw(rv)['metadata'], **body.get('metadata', {}),
+                                                                   'resourceVersion': rv}})
+    return handler
+
+
+async def test_the_patch_is_sent_and_the_patched_object_is_remembered(aresponses, host, watch, result):
+    sent = []
+    result({'metadata': {'annotations': {'kopf.zalando.org/fn': '{}'}}}, delay=5)
+    aresponses.add(host, PATH, 'PATCH', patched(sent, '2'))
+    outcome = await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
+    assert sent == [{'metadata': {'annotations': {'kopf.zalando.org/fn': '{}'}}}]
+    assert outcome.delay == 5
+    assert outcome.resource_version == '2'
+    assert outcome.body['metadata']['resourceVersion'] == '2'
+
+
+async def test_an_empty_patch_sends_nothing(watch, result):
+    result({}, delay=3)
+    outcome = await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
+    assert outcome.delay == 3
+    assert outcome.resource_version is None
+
+
+async def test_a_conflict_rebases_our_finalizer_on_the_fresh_list(aresponses, host, watch, result):
+    sent = []
+    result({'metadata': {'finalizers': [OURS], 'resourceVersion': '1'}})
+    aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=409, text=json.dumps(
+        {'kind': 'Status', 'code': 409, 'reason': 'Conflict', 'message': 'the object has been modified'})))
+    aresponses.add(host, PATH, 'GET', web.json_response(raw('7', finalizers=['foreign/fin'])))
+    aresponses.add(host, PATH, 'PATCH', patched(sent, '8'))
+    outcome = await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
+    assert sent == [{'metadata': {'finalizers': ['foreign/fin', OURS], 'resourceVersion': '7'}}]
+    assert outcome.resource_version == '8'
+
+
+async def test_transient_failures_resend_the_same_patch(aresponses, host, watch, result, caplog):
+    sent = []
+    patch = {'metadata': {'annotations': {'kopf.zalando.org/fn': '{"success":true}'}}}
+    result(patch)
+    for _ in range(3):  # the client's own retries (2) + 1: one failed attempt of processing
+        aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=503, text='{}'))
+    aresponses.add(host, PATH, 'PATCH', patched(sent, '2'))
+    with caplog.at_level(logging.WARNING):
+        outcome = await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
+    assert sent == [patch]
+    assert outcome.resource_version == '2'
+    assert 'attempt 1 of' in caplog.text
+
+
+async def test_a_gone_object_ends_the_processing_quietly(aresponses, host, watch, result):
+    result({'metadata': {'annotations': {'a': 'b'}}}, delay=1)
+    aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=404, text='{}'))
+    outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
+    assert outcome == processing.ProcessingOutcome()
+
+
+async def test_a_rejected_patch_is_reported_and_retried_later(aresponses, host, watch, result, caplog):
+    result({'metadata': {'annotations': {'bad key!': 'x'}}})
+    aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=422, text=json.dumps(
+        {'kind': 'Status', 'code': 422, 'reason': 'Invalid', 'message': 'invalid annotation key'})))
+    with caplog.at_level(logging.ERROR):
+        outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
+    assert outcome.delay == processing.REJECTED_PATCH_DELAY
+    assert 'invalid annotation key' in caplog.text
+
+
+async def test_a_wake_up_touches_the_object_instead_of_handling(aresponses, host, watch, monkeypatch):
+    sent = []
+
+    async def must_not_handle(**_):
+        raise AssertionError("handled instead of touched")
+
+    monkeypatch.setattr(handling, 'handle_object', must_not_handle)
+    aresponses.add(host, PATH, 'PATCH', patched(sent, '3'))
+    outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, True)
+    assert list(sent[0]['metadata']['annotations']) == ['kopf.zalando.org/touch-dummy']
+    assert outcome.resource_version == '3'
+
+
+async def test_a_wake_up_without_a_touch_marker_handles_directly(watch, monkeypatch):
+    handled = []
+
+    class External(ProgressStorage):
+        def fetch(self, *, key, body): return None
+        def store(self, *, key, record, body, patch): pass
+        def purge(self, *, key, body, patch): pass
+
+    watch.config.persistence.progress_storage = External()
+
+    async def fake_handle_object(**kwargs):
+        handled.append(kwargs['body'])
+        return HandlingResult(patch=Patch(), delay=None, cause='create', done=True)
+
+    monkeypatch.setattr(handling, 'handle_object', fake_handle_object)
+    await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, True)
+    assert len(handled) == 1
+
+
+async def test_first_sight_is_reported_once_per_object(watch, monkeypatch):
+    firsts = []
+
+    async def fake_handle_object(**kwargs):
+        firsts.append(kwargs['first_seen'])
+        return HandlingResult(patch=Patch(), delay=None, cause='noop', done=True)
+
+    monkeypatch.setattr(handling, 'handle_object', fake_handle_object)
+    for _ in range(2):
+        await processing.process_event(watch, {'type': None, 'object': raw()}, False)
+    assert firsts == [True, False]
+
+
+def test_rebase_keeps_a_removal_of_our_finalizer():
+    fresh = Body(raw('9', finalizers=[OURS, 'foreign/new']))
+    rebased = processing.rebase(Patch({'metadata': {'finalizers': [], 'resourceVersion': '1'}}), fresh,
+                                finalizer=OURS)
+    assert rebased == {'metadata': {'finalizers': ['foreign/new'], 'resourceVersion': '9'}}
