@@ -121,6 +121,14 @@ def test_strict_schema_with_status_subresource(kube, namespace, operators, tmp_p
     # The handler's result is pruned by the strict status schema -- and the operator says so.
     assert 'dropped some patched fields' in operator.output and 'status.first' in operator.output
 
+    # Per-object log messages are posted as Kubernetes Events attached to the object.
+    def posted() -> list[str]:
+        items = kube.get(f'/api/v1/namespaces/{namespace}/events')['items']
+        return [e['message'] for e in items if e['involvedObject'].get('uid') == obj['metadata']['uid']]
+    messages = wait_for(lambda: [m for m in posted() if "Handler 'first' succeeded" in m], timeout=10,
+                        what="the events about the handlers")
+    assert messages
+
 
 def test_status_storage_on_a_strict_schema_is_loud(kube, namespace, operators, tmp_path):
     calls = tmp_path / 'calls.jsonl'
