@@ -234,8 +234,8 @@ def _registry(registry: OperatorRegistry | None) -> OperatorRegistry:
 
 
 def _check_policy(*, retries: int | None, timeout: float | None, backoff: float | None) -> None:
-    if retries is not None and retries < 0:
-        raise ValueError(f"retries= must not be negative, got {retries}.")
+    if retries is not None and retries < 1:
+        raise ValueError(f"retries= is the number of attempts and must be at least 1, got {retries}.")
     if timeout is not None and timeout < 0:
         raise ValueError(f"timeout= must not be negative, got {timeout}.")
     if backoff is not None and backoff < 0:

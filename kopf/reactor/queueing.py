@@ -56,6 +56,11 @@ def _resource_version(raw_event: RawEvent) -> str | None:
     return str(rv) if rv is not None else None
 
 
+def _is_consistent(raw_event: RawEvent, expected_rv: str) -> bool:
+    """Whether the event shows our own patch -- or the object is gone, which outdates any patch."""
+    return raw_event.get('type') == 'DELETED' or _resource_version(raw_event) == expected_rv
+
+
 async def watch_objects(
         *,
         stream: AsyncIterator[RawEvent],
@@ -160,7 +165,7 @@ async def _collect_batch(
     With ``until_consistent``, stop as soon as our own patch has been seen.
     Returns the latest event and the still awaited resource version, if any.
     """
-    if expected_rv is not None and _resource_version(latest) == expected_rv:
+    if expected_rv is not None and _is_consistent(latest, expected_rv):
         expected_rv = None
     loop = asyncio.get_running_loop()
     deadline = loop.time() + window
@@ -172,7 +177,7 @@ async def _collect_batch(
             latest = await asyncio.wait_for(queue.get(), timeout=remaining)
         except asyncio.TimeoutError:
             break
-        if expected_rv is not None and _resource_version(latest) == expected_rv:
+        if expected_rv is not None and _is_consistent(latest, expected_rv):
             expected_rv = None
     if until_consistent and expected_rv is not None:
         logger.debug("Our own patch (resourceVersion %s) was not seen in time; handling the latest state.",

@@ -102,7 +102,8 @@ async def _serve(
         ready_flag: StopFlag | None,
 ) -> None:
     stop = asyncio.Event()
-    with _stop_on_signals(stop):
+    # An embedding application that passes its own stop flag keeps its own signal handling.
+    with _stop_on_signals(stop) if stop_flag is None else contextlib.nullcontext():
         stopper = asyncio.create_task(_relay_stop_flag(stop_flag, stop)) if stop_flag is not None else None
         try:
             await handling.run_activity(registry=registry, activity=Activity.STARTUP, config=config,
@@ -181,7 +182,8 @@ async def _watch_all(
         failed = [task for task in done if task is not stopped and task.exception() is not None]
         await asyncio.wait_for(asyncio.gather(*watchers, return_exceptions=True), GRACEFUL_EXIT_TIMEOUT)
         if failed:
-            raise OperatorError("Watching has failed.") from failed[0].exception()
+            error = failed[0].exception()
+            raise OperatorError(f"Watching has failed: {type(error).__name__}: {error}") from error
     finally:
         for task in watchers:
             task.cancel()

@@ -90,7 +90,7 @@ class KubeAPI:
 
         def established() -> bool:
             obj = self.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-            conditions = obj.get('status', {}).get('conditions', [])
+            conditions = (obj.get('status') or {}).get('conditions') or []
             return any(c['type'] == 'Established' and c['status'] == 'True' for c in conditions)
 
         wait_for(established, timeout=timeout, what=f"CRD {name} to be established")

@@ -155,7 +155,7 @@ def kopfexamples(api: Api) -> str:
 
     def established() -> bool:
         _, crd = api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}")
-        conditions = {c["type"]: c["status"] for c in crd.get("status", {}).get("conditions", [])}
+        conditions = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []}
         return conditions.get("Established") == "True"
 
     wait_for(established, message=f"CRD {CRD_NAME} to be Established")

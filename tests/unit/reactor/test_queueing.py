@@ -165,3 +165,18 @@ async def test_after_our_patch_its_own_event_is_awaited_instead_of_waking_up_at_
     await watch_objects(stream=feed([event('a', 1), 0.1, event('a', 2)], hold=0.2), processor=processor,
                         settings=Settings())
     assert seen == [('1', False), ('2', False)]
+
+
+async def test_a_deletion_counts_as_consistent_with_our_last_patch(monkeypatch):
+    monkeypatch.setattr(queueing, 'CONSISTENCY_TIMEOUT', 3.0)
+    seen = []
+
+    async def processor(raw_event, woken_up):
+        seen.append(raw_event['type'])
+        return ProcessingOutcome(resource_version='99')  # e.g. our finalizer removal
+
+    started = asyncio.get_running_loop().time()
+    await watch_objects(stream=feed([event('a', 1), 0.1, event('a', 2, 'DELETED')]), processor=processor,
+                        settings=Settings(exit_timeout=5))
+    assert seen == ['MODIFIED', 'DELETED']
+    assert asyncio.get_running_loop().time() - started < 2  # not held back until the timeout
