@@ -3,7 +3,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: test venv controlplane
+.PHONY: test venv controlplane demo
 
 venv: $(VENV)/.installed
 
@@ -17,7 +17,12 @@ controlplane:
 	bash tests/e2e/controlplane/build.sh
 
 test: venv controlplane
-	$(BIN)/ruff check kopf tests
+	$(BIN)/ruff check kopf tests examples tools benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/sphinx-build -W -q -b html docs docs/_build/html
 	$(BIN)/python -m pytest
+
+# The demo builds the control plane itself, and explains what to do where Go is missing.
+demo: venv
+	$(BIN)/python tools/demo.py
