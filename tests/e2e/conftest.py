@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.controlplane import ControlPlane, ControlPlaneError
-from tests.e2e.harness import OPERATORS, OperatorProcess
+from tests.e2e.harness import OPERATORS, OperatorProcess, kopf_run
 from tests.e2e.kubeapi import KubeAPI
 
 
@@ -64,7 +64,7 @@ def operators(
 
     def start(script: str = 'tracing.py', **env: str) -> OperatorProcess:
         log = tmp_path / f"operator-{len(started)}.log"
-        process = OperatorProcess(OPERATORS / script, kubeconfig=kubeconfig, namespace=namespace,
+        process = OperatorProcess(kopf_run(OPERATORS / script, namespace=namespace), kubeconfig=kubeconfig,
                                   env=env, log=log)
         started.append(process)
         return process

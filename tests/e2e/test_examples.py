@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import sqlite3
-import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,11 +23,12 @@ import pytest
 import yaml
 
 from tests.e2e.controlplane import ControlPlane
+from tests.e2e.harness import REPO, TIMEOUT, kopf_run
+from tests.e2e.harness import OperatorProcess as Operator
 from tests.e2e.kubeapi import KubeAPI, KubeAPIError, wait_for
 
 T = TypeVar('T')
 
-REPO = Path(__file__).parents[2]
 EXAMPLES = REPO / 'examples'
 CRD: dict[str, Any] = yaml.safe_load((EXAMPLES / 'crd.yaml').read_text())
 OBJ: dict[str, Any] = yaml.safe_load((EXAMPLES / 'obj.yaml').read_text())
@@ -39,89 +37,9 @@ NAME = OBJ['metadata']['name']
 PREFIX = 'kopf.zalando.org'
 LAST_HANDLED = f'{PREFIX}/last-handled-configuration'
 FINALIZER = f'{PREFIX}/KopfFinalizerMarker'
-TIMEOUT = 30.0
 
 
 # Infrastructure.
-
-class Operator:
-    """An example running as a subprocess, its output collected in a file."""
-
-    def __init__(self, argv: list[str], *, kubeconfig: Path, workdir: Path, env: dict[str, str] | None = None) -> None:
-        self.log = workdir / 'operator.log'
-        self._log_file = self.log.open('ab')
-        self.process = subprocess.Popen(
-            argv, cwd=workdir, stdout=self._log_file, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, 'KUBECONFIG': str(kubeconfig), 'PYTHONPATH': str(REPO), **(env or {})})
-
-    @property
-    def output(self) -> str:
-        return self.log.read_text(errors='replace')
-
-    def wait_for_output(self, text: str, *, timeout: float = TIMEOUT) -> None:
-        self.wait(lambda: text in self.output, what=f"{text!r} in the output", timeout=timeout)
-
-    def wait(self, condition: Callable[[], T | None], *, what: str, timeout: float = TIMEOUT) -> T:
-        """Wait for a condition; on failure, show the operator's output (and fail early if it died)."""
-        def check() -> T | bool | None:
-            result = condition()
-            if not result and self.process.poll() is not None:
-                return True  # stop waiting: it will never come true now
-            return result
-
-        try:
-            result = wait_for(check, timeout=timeout, what=what)
-        except AssertionError as e:
-            raise AssertionError(f"{e}\n--- operator output ---\n{self.output}") from None
-        if self.process.poll() is not None and not condition():
-            raise AssertionError(f"The operator exited with {self.process.returncode} before {what}.\n"
-                                 f"--- operator output ---\n{self.output}")
-        return result  # type: ignore[return-value]
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash or an evicted pod would end it: no graceful exit at all."""
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
-
-    def stop(self, *, timeout: float = 20) -> int:
-        """SIGTERM (a graceful stop), then SIGKILL if it hangs; returns the exit code."""
-        try:
-            if self.process.poll() is None:
-                self.process.send_signal(signal.SIGTERM)
-                try:
-                    self.process.wait(timeout=timeout)
-                except subprocess.TimeoutExpired:
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                    self.process.wait(timeout=10)
-                    raise AssertionError(f"Not stopped by SIGTERM within {timeout}s:\n{self.output}") from None
-        finally:
-            self._log_file.close()
-        return self.process.returncode
-
-
-def apply_crd(api: KubeAPI, crd: dict[str, Any]) -> None:
-    """Create or replace the CRD; wait until it is established and its new schema is in effect."""
-    existing = api.find(CRD_PATH)
-    if existing is None:
-        api.create('/apis/apiextensions.k8s.io/v1/customresourcedefinitions', crd)
-    else:
-        metadata = {**crd['metadata'], 'resourceVersion': existing['metadata']['resourceVersion']}
-        api.request('PUT', CRD_PATH, {**crd, 'metadata': metadata})
-
-    def established() -> bool:
-        conditions = (api.get(CRD_PATH).get('status') or {}).get('conditions') or []
-        return any(c.get('type') == 'Established' and c.get('status') == 'True' for c in conditions)
-
-    wait_for(established, timeout=TIMEOUT, what=f"the CRD {crd['metadata']['name']} to be established")
-    def served() -> bool:
-        try:
-            return api.find(f"/apis/{crd['spec']['group']}/v1/kopfexamples") is not None
-        except KubeAPIError:  # e.g. 429 "storage is (re)initializing" right after a change
-            return False
-
-    wait_for(served, timeout=TIMEOUT, what="kopfexamples to be served")
-
 
 def _wait_for_lenient_schema(api: KubeAPI) -> None:
     """A replaced schema takes effect a moment later: probe until unknown fields are kept, as ours says."""
@@ -148,11 +66,11 @@ def api(control_plane: ControlPlane) -> Iterator[KubeAPI]:
     """The examples' CRD, installed for this module; whatever CRD of that name was there before is restored."""
     api = KubeAPI(control_plane)
     previous = api.find(CRD_PATH)
-    apply_crd(api, CRD)
+    api.apply_crd(CRD)
     _wait_for_lenient_schema(api)
     yield api
     if previous is not None:
-        apply_crd(api, {'apiVersion': previous['apiVersion'], 'kind': previous['kind'],
+        api.apply_crd({'apiVersion': previous['apiVersion'], 'kind': previous['kind'],
                         'metadata': {'name': previous['metadata']['name']}, 'spec': previous['spec']})
     else:
         api.delete(CRD_PATH)
@@ -185,11 +103,10 @@ def run_example(control_plane: ControlPlane, namespace: str, tmp_path: Path) -> 
     def run(example: str, *, env: dict[str, str] | None = None, script: bool = False) -> Operator:
         path = EXAMPLES / example / 'example.py'
         assert path.is_file(), path
-        argv = ([sys.executable, str(path)] if script else
-                [sys.executable, '-m', 'kopf', 'run', str(path), '--verbose', '-n', namespace])
+        argv = [sys.executable, str(path)] if script else kopf_run(path, namespace=namespace)
         workdir = tmp_path / f"run{len(started)}"
         workdir.mkdir()
-        operator = Operator(argv, kubeconfig=kubeconfig, workdir=workdir, env=env)
+        operator = Operator(argv, kubeconfig=kubeconfig, log=workdir / 'operator.log', env=env, cwd=workdir)
         started.append(operator)
         return operator
 
