@@ -40,8 +40,8 @@ class CertificateBundle:
 
 
 def local_hostnames() -> list[str]:
-    """The names by which this host is usually reached: loopback and its own host names."""
-    names = ['localhost', '127.0.0.1', socket.gethostname(), socket.getfqdn()]
+    """The names by which this host is usually reached: loopback and its host name (no DNS lookups)."""
+    names = ['localhost', '127.0.0.1', socket.gethostname()]
     return list(dict.fromkeys(name for name in names if name))
 
 

@@ -5,7 +5,10 @@ the webhook configurations it manages.
 """
 from __future__ import annotations
 
+import base64
 import json
+import ssl
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -43,6 +46,18 @@ def configurations(kube: KubeAPI, managed: str) -> tuple[Any, Any]:
             kube.find(f'{CONFIGS}/mutatingwebhookconfigurations/{managed}'))
 
 
+def post_to_webhook(client_config: dict[str, Any], data: bytes) -> tuple[int, str]:
+    """Call the webhook as the API server does: HTTPS, verified with the configuration's CA bundle."""
+    context = ssl.create_default_context(cadata=base64.b64decode(client_config['caBundle']).decode('ascii'))
+    request = urllib.request.Request(client_config['url'], data=data, method='POST',
+                                     headers={'Content-Type': 'application/json'})
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
 @pytest.fixture()
 def files(tmp_path):
     return {'E2E_CALLS': str(tmp_path / 'calls.jsonl'), 'E2E_EFFECTS': str(tmp_path / 'effects.txt')}
@@ -66,6 +81,12 @@ def test_webhooks_validate_mutate_honour_dry_runs_and_are_removed_on_exit(kube, 
     assert webhook['clientConfig']['caBundle']
     assert webhook['namespaceSelector']['matchExpressions'][0]['values'] == [namespace]
     assert [w['sideEffects'] for w in mutating['webhooks']] == ['NoneOnDryRun']
+
+    # The server is verified by the configuration's CA; what is not an AdmissionReview gets a plain 400.
+    status, text = post_to_webhook(webhook['clientConfig'], b'{"kind": "Pod"}')
+    assert (status, text) == (400, "Not an AdmissionReview: kind='Pod'.\n")
+    status, text = post_to_webhook(webhook['clientConfig'], b'garbage')
+    assert (status, text) == (400, "The request body is not JSON; expected an AdmissionReview.\n")
     wait_until_enforced(kube, namespace)
 
     # An invalid object is rejected with the handler's message and code, naming the webhook.

@@ -3,13 +3,16 @@ import asyncio
 import json
 import logging
 
+import aiohttp
 import pytest
 from aiohttp import web
 
 import kopf
+from kopf.clients.auth import APIContext
 from kopf.config import OperatorConfig
 from kopf.reactor import serving
 from kopf.reactor.registries import OperatorRegistry
+from kopf.structs.credentials import ConnectionInfo
 from kopf.structs.resources import Resource, Selector
 from kopf.structs.reviews import WebhookType
 
@@ -343,3 +346,27 @@ async def test_configuration_write_failures_name_the_object_and_the_permissions(
             pass
     assert "ValidatingWebhookConfiguration 'auto.kopf.dev'" in str(e.value)
     assert "RBAC" in str(e.value)
+
+
+async def test_a_real_server_answers_reviews_and_refuses_non_reviews_with_400(registry, caplog):
+    caplog.set_level(logging.INFO)
+    context = APIContext(ConnectionInfo(server='https://127.0.0.1:1'))  # unused without managed configurations
+
+    @kopf.on.validate('kopfexamples', id='check', registry=registry)
+    def check(**_):
+        raise kopf.AdmissionError("No, thanks.", code=403)
+
+    review = {'apiVersion': 'admission.k8s.io/v1', 'kind': 'AdmissionReview', 'request': {
+        'uid': 'u', 'resource': {'group': 'kopf.dev', 'version': 'v1', 'resource': 'kopfexamples'},
+        'operation': 'CREATE', 'object': {}}}
+    server = kopf.WebhookServer(addr='127.0.0.1')
+    async with webhooks_of(registry, context, settings(server, managed=None), asyncio.Event()):
+        url = caplog.text.split('Admission webhooks are served at ')[1].split(';')[0]
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f'{url}/check', json=review, ssl=False) as response:
+                answer = await response.json()
+            async with session.post(f'{url}/check', json={'kind': 'Pod'}, ssl=False) as response:
+                status, text = response.status, await response.text()
+    assert answer['response'] == {'uid': 'u', 'allowed': False, 'status': {'code': 403, 'message': "No, thanks."}}
+    assert status == 400
+    assert text.strip() == "Not an AdmissionReview: kind='Pod'."
