@@ -91,21 +91,20 @@ class WebhookServer:
 
     async def __call__(self, fn: WebhookFn) -> AsyncIterator[WebhookClientConfig]:
         context, cadata = self._ssl()
-        sock = self._listen()
-        port = int(sock.getsockname()[1])
         app = aiohttp.web.Application()
         app.router.add_post('/{tail:.*}', functools.partial(_serve, fn=fn, prefix=self._prefix))
         runner = aiohttp.web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        try:
-            await aiohttp.web.SockSite(runner, sock, ssl_context=context).start()
-            config = self._client_config(port=port, cadata=cadata)
-            logger.debug("The webhook server listens on %s:%d for %s.", self._addr, port, config.get('url'))
-            yield config
-            await asyncio.Event().wait()  # serve until cancelled
-        finally:
-            await runner.cleanup()
-            sock.close()
+        with self._listen() as sock:
+            port = int(sock.getsockname()[1])
+            await runner.setup()
+            try:
+                await aiohttp.web.SockSite(runner, sock, ssl_context=context).start()
+                config = self._client_config(port=port, cadata=cadata)
+                logger.debug("The webhook server listens on %s:%d for %s.", self._addr, port, config.get('url'))
+                yield config
+                await asyncio.Event().wait()  # serve until cancelled
+            finally:
+                await runner.cleanup()
 
     @property
     def _addr(self) -> str:

@@ -113,7 +113,9 @@ def _select(
         group=request.group, version=request.version, plural=request.plural, kind=request.kind)
     candidates: list[AdmissionHandler] = []
     for selector in matching:
-        candidates.extend(h for h in registry.get_admission_handlers(selector) if h not in candidates)
+        for handler in registry.get_admission_handlers(selector):
+            if not any(handler is known for known in candidates):
+                candidates.append(handler)
     if webhook is not None:
         known = {handler.id for _, handler in registry.iter_admission_handlers()}
         if webhook not in known:

@@ -278,7 +278,8 @@ def _webhook(
     selectors = [object_selector(h.labels) for h in handlers]
     if selectors[0] is not None and all(selector == selectors[0] for selector in selectors):
         webhook['objectSelector'] = selectors[0]
-    if namespaces is not None:
+    # For cluster-scoped resources, the selector would apply to Namespace objects' own names: not wanted.
+    if namespaces is not None and all(resource.namespaced for resource, _ in group):
         webhook['namespaceSelector'] = {'matchExpressions': [
             {'key': 'kubernetes.io/metadata.name', 'operator': 'In', 'values': sorted(namespaces)},
         ]}

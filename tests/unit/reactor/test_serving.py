@@ -91,6 +91,12 @@ def test_a_namespaced_operator_limits_its_webhooks_to_its_namespaces(registry):
         {'key': 'kubernetes.io/metadata.name', 'operator': 'In', 'values': ['ns1', 'ns2']}]}
 
 
+def test_cluster_scoped_resources_get_no_namespace_selector(registry):
+    kopf.on.validate('nodes', id='check', registry=registry)(fn)
+    webhook, = layout(registry, namespaces=['ns1'])
+    assert 'namespaceSelector' not in webhook
+
+
 def test_label_filters_become_object_selectors(registry):
     kopf.on.validate('kopfexamples', id='check', labels={'app': 'demo', 'on': kopf.PRESENT, 'off': kopf.ABSENT,
                                                          'dynamic': lambda value: True}, registry=registry)(fn)
