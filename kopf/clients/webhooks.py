@@ -38,15 +38,6 @@ def object_path(type: WebhookType, name: str) -> str:
     return f'{collection_path(type)}/{name}'
 
 
-async def read_configuration(*, context: APIContext, type: WebhookType, name: str) -> dict[str, Any] | None:
-    """The configuration object, or ``None`` if there is none."""
-    try:
-        obj = await context.request('GET', object_path(type, name))
-    except APINotFoundError:
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
 async def apply_configuration(
         *,
         context: APIContext,

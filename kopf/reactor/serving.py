@@ -203,7 +203,7 @@ async def _configure(
         except (APIError, APIConnectionError) as e:
             raise AdmissionSetupError(
                 f"Cannot write the {configurations.kind_of(type)} {managed!r}: {e}. The operator needs the "
-                f"RBAC permissions to get, create, patch and delete it.") from e
+                f"RBAC permissions to create, patch and delete it.") from e
     logger.info("Admission webhooks are configured in %r for %s.", managed, endpoint.get('url') or endpoint)
 
 

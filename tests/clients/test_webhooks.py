@@ -4,7 +4,7 @@ import pytest
 from aiohttp import web
 
 from kopf.clients.errors import APIForbiddenError
-from kopf.clients.webhooks import apply_configuration, delete_configuration, read_configuration
+from kopf.clients.webhooks import apply_configuration, delete_configuration
 from kopf.structs.reviews import WebhookType
 
 VALIDATING = '/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations'
@@ -66,15 +66,6 @@ async def test_no_webhooks_delete_the_configuration(aresponses, host, context):
 async def test_deleting_a_missing_configuration_is_fine(aresponses, host, context):
     aresponses.add(host, f'{MUTATING}/auto.kopf.dev', 'DELETE', aresponses.Response(status=404, text=NOT_FOUND))
     assert await delete_configuration(context=context, type=WebhookType.MUTATING, name='auto.kopf.dev') is False
-
-
-async def test_reading_a_configuration(aresponses, host, context):
-    aresponses.add(host, f'{VALIDATING}/auto.kopf.dev', 'GET',
-                   aresponses.Response(status=200, text=json.dumps({'webhooks': WEBHOOKS})))
-    aresponses.add(host, f'{VALIDATING}/other', 'GET', aresponses.Response(status=404, text=NOT_FOUND))
-    assert await read_configuration(context=context, type=WebhookType.VALIDATING, name='auto.kopf.dev') == \
-           {'webhooks': WEBHOOKS}
-    assert await read_configuration(context=context, type=WebhookType.VALIDATING, name='other') is None
 
 
 async def test_forbidden_writes_are_raised(aresponses, host, context):
