@@ -217,7 +217,7 @@ class OperatorRegistry:
         return tuple(self._admission)
 
     def iter_admission_handlers(self) -> Iterator[tuple[Selector, AdmissionHandler]]:
-        """All admission handlers with the resources they were declared for, in registration order."""
+        """All admission handlers with the resources they were declared for, resource by resource."""
         for selector, handlers in list(self._admission.items()):
             for handler in handlers:
                 yield selector, handler
