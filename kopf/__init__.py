@@ -7,8 +7,18 @@ from kopf import on
 from kopf.clients.auth import LoginError, login_default, login_via_incluster, login_via_kubeconfig
 from kopf.config import OperatorConfig, OperatorSettings
 from kopf.engines.posting import event, exception, info, warn
+from kopf.engines.webhooks import (
+    WebhookAutoServer,
+    WebhookAutoTunnel,
+    WebhookDockerDesktopServer,
+    WebhookK3dServer,
+    WebhookMinikubeServer,
+    WebhookNgrokTunnel,
+    WebhookServer,
+)
 from kopf.errors import (
     ActivityError,
+    AdmissionError,
     DuplicateHandlerError,
     ErrorsMode,
     HandlerRetriesError,
@@ -43,12 +53,23 @@ from kopf.structs.diffs import Diff, DiffItem, DiffOperation
 from kopf.structs.ephemera import Memo
 from kopf.structs.hierarchies import adopt, append_owner_reference, label
 from kopf.structs.patches import Patch
+from kopf.structs.reviews import (
+    Headers,
+    Operation,
+    SSLPeer,
+    UserInfo,
+    WebhookClientConfig,
+    WebhookClientConfigService,
+    WebhookFn,
+    WebhookServerProtocol,
+)
 
 __all__ = [
     'ABSENT',
     'PRESENT',
     'Activity',
     'ActivityError',
+    'AdmissionError',
     'AnnotationsDiffBaseStorage',
     'AnnotationsProgressStorage',
     'Body',
@@ -61,11 +82,13 @@ __all__ = [
     'ErrorsMode',
     'HandlerRetriesError',
     'HandlerTimeoutError',
+    'Headers',
     'LoginError',
     'Memo',
     'Meta',
     'MultiDiffBaseStorage',
     'MultiProgressStorage',
+    'Operation',
     'OperatorConfig',
     'OperatorError',
     'OperatorRegistry',
@@ -75,10 +98,23 @@ __all__ = [
     'ProgressRecord',
     'ProgressStorage',
     'Reason',
+    'SSLPeer',
     'SmartProgressStorage',
     'StatusDiffBaseStorage',
     'StatusProgressStorage',
     'TemporaryError',
+    'UserInfo',
+    'WebhookAutoServer',
+    'WebhookAutoTunnel',
+    'WebhookClientConfig',
+    'WebhookClientConfigService',
+    'WebhookDockerDesktopServer',
+    'WebhookFn',
+    'WebhookK3dServer',
+    'WebhookMinikubeServer',
+    'WebhookNgrokTunnel',
+    'WebhookServer',
+    'WebhookServerProtocol',
     'adopt',
     'append_owner_reference',
     'event',

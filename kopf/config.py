@@ -13,6 +13,7 @@ from typing import Any
 
 from kopf.storage.diffbase import AnnotationsDiffBaseStorage, DiffBaseStorage
 from kopf.storage.progress import ProgressStorage, SmartProgressStorage
+from kopf.structs.reviews import WebhookServerProtocol
 
 logger = logging.getLogger('kopf.config')
 
@@ -126,6 +127,22 @@ class ExecutionConfig:
         self.executor = concurrent.futures.ThreadPoolExecutor(max_workers=value)
 
 
+@dataclasses.dataclass
+class AdmissionConfig:
+    """
+    Admission webhooks: the server that receives the reviews, and the configurations to keep.
+
+    ``server`` is a webhook server or tunnel, e.g. ``kopf.WebhookServer(...)``;
+    it is needed when there are ``@kopf.on.validate``/``@kopf.on.mutate``
+    handlers. ``managed`` names the Validating/MutatingWebhookConfiguration
+    objects that the operator creates, keeps up to date and removes on exit
+    (e.g. ``'auto.kopf.dev'``); ``None`` leaves the configurations to the user.
+    """
+
+    server: WebhookServerProtocol | None = None
+    managed: str | None = None
+
+
 class OperatorConfig:
     """All settings of one operator; ``kopf.OperatorSettings`` is the same class."""
 
@@ -135,6 +152,7 @@ class OperatorConfig:
         self.watching = WatchingConfig()
         self.batching = BatchingConfig()
         self.execution = ExecutionConfig()
+        self.admission = AdmissionConfig()
 
 
 OperatorSettings = OperatorConfig

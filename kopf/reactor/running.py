@@ -20,7 +20,7 @@ from kopf.clients import auth, discovery, events, watching
 from kopf.clients.auth import APIContext
 from kopf.config import OperatorConfig
 from kopf.engines import posting
-from kopf.reactor import handling, processing, queueing
+from kopf.reactor import handling, processing, queueing, serving
 from kopf.reactor.registries import Activity, OperatorRegistry, get_default_registry
 from kopf.structs.credentials import ConnectionInfo
 from kopf.structs.ephemera import Memo
@@ -112,9 +112,16 @@ async def _serve(
             info = await _login(registry=registry, config=config, memo=memo)
             async with APIContext(info) as context:
                 resources = await _resolve(context, registry.selectors)
-                await _watch_all(context=context, resources=resources, registry=registry, config=config,
-                                 memo=memo, namespaces=(None,) if clusterwide else namespaces,
-                                 stop=stop, ready_flag=ready_flag)
+                admitted = await _resolve(context, registry.admission_selectors)
+                try:
+                    async with serving.admission_webhooks(context=context, registry=registry, resources=admitted,
+                                                          config=config, memo=memo, stop=stop,
+                                                          namespaces=None if clusterwide else namespaces):
+                        await _watch_all(context=context, resources=resources, registry=registry, config=config,
+                                         memo=memo, namespaces=(None,) if clusterwide else namespaces,
+                                         stop=stop, ready_flag=ready_flag)
+                except serving.AdmissionSetupError as e:
+                    raise OperatorError(str(e)) from e
         finally:
             if stopper is not None:
                 stopper.cancel()
