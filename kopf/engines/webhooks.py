@@ -33,7 +33,6 @@ from typing import Any, ClassVar
 import aiohttp.web
 import yaml
 
-from kopf.engines import certificates
 from kopf.structs.reviews import InvalidReviewError, WebhookClientConfig, WebhookFn
 
 logger = logging.getLogger('kopf.engines.webhooks')
@@ -149,6 +148,8 @@ class WebhookServer:
 
     def _ssl(self) -> tuple[ssl.SSLContext | None, bytes | None]:
         """The server's TLS context and the CA bundle for the configurations (``None``: system trust)."""
+        # Imported here: the certificate machinery costs memory that operators without webhooks never need.
+        from kopf.engines import certificates
         if self.insecure:
             return None, None
         cadata = self._read(self.cafile, 'cafile') if self.cafile is not None else self.cadata
@@ -166,6 +167,7 @@ class WebhookServer:
         return context, cadata
 
     def _sans(self) -> list[str]:
+        from kopf.engines import certificates
         names = [self._host]
         if self.addr and self.addr not in WILDCARD_ADDRESSES:
             names.append(self.addr)

@@ -19,8 +19,6 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import jsonpatch
-
 from kopf.config import OperatorConfig
 from kopf.engines.loggers import ObjectLogger
 from kopf.errors import AdmissionError
@@ -95,6 +93,8 @@ async def serve_admission_request(
         elif patch:
             logger.warning("%s is a validating handler; its patch is ignored: %r. "
                            "Use @kopf.on.mutate to change objects.", handler, dict(patch))
+    import jsonpatch  # only operators with mutating webhooks need it
+
     operations = jsonpatch.make_patch(original, mutated).patch if request.object is not None else []
     return _review(request, warnings=warnings, operations=operations)
 
