@@ -338,7 +338,7 @@ class MultiDiffBaseStorage(DiffBaseStorage):
 def _each(results: Iterable[Any]) -> Steps[None]:
     """Steps for calls whose results do not matter (only that they are awaited, in order)."""
     for result in results:
-        yield result
+        _ = yield result  # what a call returned is of no use, only that it was awaited
     return None
 
 
