@@ -3,9 +3,10 @@ Released Kopf versions, installed from PyPI into virtualenvs of their own, to ru
 
 Each version is cached in ``~/.cache/kopf-peers/<version>`` (override the root
 with ``$KOPF_PEERS_CACHE``), so that warm runs start at once; a cold machine
-installs them on first use. Old versions do not import on new Pythons (their
-dataclasses trip over checks added in Python 3.11), so they get the newest
-interpreter they support that this machine has.
+installs them on first use. Old versions do not run on new Pythons (before
+1.36, their dataclasses trip over checks added in Python 3.11, and their TLS
+setup over a check added in 3.10), so they get the newest interpreter they
+run on that this machine has.
 """
 from __future__ import annotations
 
@@ -23,10 +24,16 @@ CACHE = Path(os.environ.get('KOPF_PEERS_CACHE', Path.home() / '.cache' / 'kopf-p
 
 # The newest Python (major, minor) that each version imports on; None: any, including ours.
 MAX_PYTHON: dict[str, tuple[int, int] | None] = {
-    '0.27.1': (3, 10),
-    '0.28.3': (3, 10),
+    '0.27.1': (3, 9),
+    '0.28.3': (3, 9),
+    '1.29.2': (3, 9),
     '1.36.2': None,
     '1.45.2': None,
+}
+
+# Packages that a version needs besides itself: Kopf before 1.30 logs in only through a client library.
+EXTRAS: dict[str, list[str]] = {
+    '1.29.2': ['pykube-ng'],
 }
 
 
@@ -43,7 +50,7 @@ def interpreter(version: str) -> str:
         candidates = [shutil.which(f'python3.{minor}')] + sorted(
             glob.glob(str(Path.home() / '.pyenv' / 'versions' / f'3.{minor}.*' / 'bin' / 'python')), reverse=True)
         for candidate in candidates:
-            if candidate and os.access(candidate, os.X_OK):
+            if candidate and os.access(candidate, os.X_OK) and _runs(candidate):
                 return candidate
     raise PeerUnavailable(f"Kopf {version} needs Python {limit[0]}.{limit[1]} or older; none is installed here.")
 
@@ -54,16 +61,35 @@ def ensure(version: str) -> Path:
     marker = root / '.installed'
     CACHE.mkdir(parents=True, exist_ok=True)
     with _locked(CACHE / f'{version}.lock'):
-        if not (marker.exists() and _works(root)):
+        if not (marker.exists() and _works(root) and _fits(root, version)):
             python = interpreter(version)
             shutil.rmtree(root, ignore_errors=True)
             _run([python, '-m', 'venv', str(root)], what=f"creating a virtualenv for Kopf {version}")
             _run([str(root / 'bin' / 'python'), '-m', 'pip', 'install', '--quiet', '--disable-pip-version-check',
-                  f'kopf=={version}'], what=f"installing Kopf {version} from PyPI")
+                  f'kopf=={version}', *EXTRAS.get(version, [])], what=f"installing Kopf {version} from PyPI")
             if not _works(root):
                 raise RuntimeError(f"Kopf {version} was installed into {root}, but does not import.")
             marker.write_text(version)
     return root / 'bin' / 'kopf'
+
+
+def _runs(python: str) -> bool:
+    """Whether an interpreter really runs (e.g. a pyenv shim of a version not activated does not)."""
+    try:
+        return subprocess.run([python, '-c', 'pass'], capture_output=True, timeout=30).returncode == 0
+    except OSError:
+        return False
+
+
+def _fits(root: Path, version: str) -> bool:
+    """Whether a cached virtualenv is of a Python that this version runs on."""
+    limit = MAX_PYTHON[version]
+    if limit is None:
+        return True
+    code = f'import sys; print(sys.version_info[:2] <= {limit!r})'
+    check = subprocess.run([str(root / 'bin' / 'python'), '-c', code],
+                           capture_output=True, text=True, env=_clean_env(), timeout=60, cwd=root)
+    return check.stdout.strip() == 'True'
 
 
 def _works(root: Path) -> bool:
