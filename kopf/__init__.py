@@ -35,6 +35,7 @@ from kopf.reactor.registries import Activity, OperatorRegistry, get_default_regi
 from kopf.reactor.running import OperatorError, operator, run, spawn_tasks
 from kopf.storage.diffbase import (
     AnnotationsDiffBaseStorage,
+    BodyEssence,
     DiffBaseStorage,
     MultiDiffBaseStorage,
     StatusDiffBaseStorage,
@@ -73,6 +74,7 @@ __all__ = [
     'AnnotationsDiffBaseStorage',
     'AnnotationsProgressStorage',
     'Body',
+    'BodyEssence',
     'ConnectionInfo',
     'Diff',
     'DiffBaseStorage',

@@ -13,7 +13,7 @@ import functools
 import logging
 import signal
 import threading
-from collections.abc import Collection
+from collections.abc import AsyncIterator, Collection
 from typing import Any
 
 from kopf.clients import auth, discovery, events, watching
@@ -109,25 +109,39 @@ async def _serve(
             await handling.run_activity(registry=registry, activity=Activity.STARTUP, config=config,
                                         memo=memo, logger=logger)
             config.persistence.freeze()
-            info = await _login(registry=registry, config=config, memo=memo)
-            async with APIContext(info) as context:
-                resources = await _resolve(context, registry.selectors)
-                admitted = await _resolve(context, registry.admission_selectors)
-                try:
-                    async with serving.admission_webhooks(context=context, registry=registry, resources=admitted,
-                                                          config=config, memo=memo, stop=stop,
-                                                          namespaces=None if clusterwide else namespaces):
-                        await _watch_all(context=context, resources=resources, registry=registry, config=config,
-                                         memo=memo, namespaces=(None,) if clusterwide else namespaces,
-                                         stop=stop, ready_flag=ready_flag)
-                except serving.AdmissionSetupError as e:
-                    raise OperatorError(str(e)) from e
+            try:
+                async with contextlib.AsyncExitStack() as stack:
+                    await stack.enter_async_context(_storages(config))
+                    info = await _login(registry=registry, config=config, memo=memo)
+                    context = await stack.enter_async_context(APIContext(info))
+                    resources = await _resolve(context, registry.selectors)
+                    admitted = await _resolve(context, registry.admission_selectors)
+                    await stack.enter_async_context(serving.admission_webhooks(
+                        context=context, registry=registry, resources=admitted, config=config, memo=memo,
+                        stop=stop, namespaces=None if clusterwide else namespaces))
+                    await _watch_all(context=context, resources=resources, registry=registry, config=config,
+                                     memo=memo, namespaces=(None,) if clusterwide else namespaces,
+                                     stop=stop, ready_flag=ready_flag)
+            except serving.AdmissionSetupError as e:
+                raise OperatorError(str(e)) from e
         finally:
             if stopper is not None:
                 stopper.cancel()
             await handling.run_activity(registry=registry, activity=Activity.CLEANUP, config=config,
                                         memo=memo, logger=logger)
     logger.info("The operator has stopped.")
+
+
+@contextlib.asynccontextmanager
+async def _storages(config: OperatorConfig) -> AsyncIterator[None]:
+    """Enter the configured storages (e.g. to connect) for the operator's lifetime; exit them at stop."""
+    async with contextlib.AsyncExitStack() as stack:
+        entered: list[object] = []
+        for storage in (config.persistence.progress_storage, config.persistence.diffbase_storage):
+            if not any(storage is other for other in entered):  # one object may serve as both
+                await stack.enter_async_context(storage)
+                entered.append(storage)
+        yield
 
 
 async def _login(*, registry: OperatorRegistry, config: OperatorConfig, memo: Any) -> ConnectionInfo:
