@@ -50,15 +50,25 @@ async def invoke(
         kwargs: Mapping[str, Any],
         executor: concurrent.futures.Executor | None = None,
 ) -> Any:
-    """Call the function with these keyword arguments and return its result."""
+    """
+    Call the function with these keyword arguments and return its result.
+
+    The object being handled is the default owner for :func:`kopf.adopt` & co.
+    during the call, and only during it: the caller's context does not keep
+    the object alive afterwards.
+    """
     body = kwargs.get('body')
-    if isinstance(body, Mapping):
-        hierarchies.owner_var.set(body)  # for kopf.adopt() & co. without an explicit owner
-    if is_async(fn):
-        return await fn(**kwargs)
-    loop = asyncio.get_running_loop()
-    context = contextvars.copy_context()
-    result = await loop.run_in_executor(executor, functools.partial(context.run, fn, **kwargs))
-    if inspect.isawaitable(result):  # e.g. a lambda returning a coroutine
-        return await result
-    return result
+    token = hierarchies.owner_var.set(body) if isinstance(body, Mapping) else None
+    try:
+        if is_async(fn):
+            return await fn(**kwargs)
+        loop = asyncio.get_running_loop()
+        context = contextvars.copy_context()
+        result = await loop.run_in_executor(executor, functools.partial(context.run, fn, **kwargs))
+        del context  # the copy holds the object too
+        if inspect.isawaitable(result):  # e.g. a lambda returning a coroutine
+            return await result
+        return result
+    finally:
+        if token is not None:
+            hierarchies.owner_var.reset(token)

@@ -3,6 +3,9 @@ import contextvars
 import functools
 import threading
 
+import pytest
+
+import kopf
 from kopf.reactor.invocation import body_kwargs, invoke, is_async
 from kopf.structs.bodies import Body
 
@@ -87,3 +90,23 @@ def test_body_kwargs():
     assert (kwargs['name'], kwargs['namespace'], kwargs['uid']) == ('n', 'ns', 'u')
     assert kwargs['labels'] == {'l': '1'}
     assert kwargs['annotations'] == {'a': '2'}
+
+
+@pytest.mark.parametrize('sync', [True, False], ids=['sync', 'async'])
+async def test_the_object_is_the_default_owner_only_during_the_call(sync):
+    body = Body({'metadata': {'name': 'owner', 'uid': 'u'}})
+    children = []
+
+    def adopt_child(**_):
+        child = {'metadata': {}}
+        kopf.adopt(child)
+        children.append(child)
+
+    async def adopt_child_async(**_):
+        adopt_child()
+
+    await invoke(adopt_child if sync else adopt_child_async, kwargs={'body': body})
+
+    assert children[0]['metadata']['ownerReferences'][0]['name'] == 'owner'
+    with pytest.raises(LookupError, match='owner'):
+        kopf.adopt({'metadata': {}})  # the caller's context does not keep the object
