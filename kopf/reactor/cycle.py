@@ -36,7 +36,8 @@ Guarantees
 * **Everything is persisted at the end of the cycle, in one patch**: the
   progress of every handler that ran, their results (``status.<id>``), the
   handlers' own changes, the finalizer and the diff-base. Nothing is written
-  in the middle of a cycle.
+  to the object in the middle of a cycle. (A progress storage outside of the
+  object is written earlier: see below.)
 * **Unpersisted work is bounded**: handlers run one after another only while
   the handlers of this cycle have run for less than
   ``config.persistence.max_unpersisted_time`` (1 s by default); then the
@@ -67,11 +68,13 @@ What a crash costs
   subresource get the main part first, then ``/status``): the progress in
   annotations has landed, the results in ``status`` have not; the handlers
   are not run again, and their results are lost.
-* **Storages outside of the object** are written (and flushed) before the
-  object is patched: a crash in between leaves the storage ahead of the
-  object -- handlers are not run again, but their results and a concluding
-  diff-base may be missing, so a concluded creation may be seen as a
-  creation again.
+* **Progress storages outside of the object** get each handler's start
+  before it runs and each outcome right after its attempt (they cost no API
+  request): a crash costs at most the handler that was running. Their purges
+  at the end of a cause come before the object is patched: a crash in
+  between loses the handlers' results, and if the concluding diff-base (or
+  the finalizer's removal) did not land either, the cause is handled again
+  from the start.
 
 Assumptions
 ===========
@@ -223,7 +226,7 @@ async def _block_deletion(cycle: _Cycle, cause: Cause) -> _Verdict:
         ids = selection.resume_ids(cycle.registry, cycle.resource)
         for handler_id, record in (await cycle.persistence.fetch(ids)).items():
             if record is None:
-                cycle.persistence.keep(handler_id, HandlerState.from_scratch(clock=cycle.clock).as_record())
+                await cycle.persistence.keep(handler_id, HandlerState.from_scratch(clock=cycle.clock).as_record())
     return _Verdict(done=False)
 
 
@@ -240,7 +243,7 @@ async def _handle_changes(cycle: _Cycle, cause: Cause) -> _Verdict:
     state = outcome.state
     if not state.done:
         for handler_id, record in state.changes.items():
-            cycle.persistence.keep(handler_id, record)
+            await cycle.persistence.keep(handler_id, record)
         return _Verdict(done=False, delay=scheduling.STALL_DELAY if outcome.stalled else state.delay)
 
     # Forget the progress -- of all this resource's handlers, in case some are left over.

@@ -21,6 +21,11 @@ Each handler runs at most once per cycle. Sub-handlers are scheduled the same
 way inside their parent's run, with the cycle's budget and the parent's (or
 ``kopf.execute()``'s) lifecycle; their progress is kept with the cycle's
 other writes, and purged as soon as their parent has finished.
+
+Every outcome is handed to the cycle's persistence right after its attempt,
+and the start of handlers never seen before right before they run: a
+storage in the object collects them for the cycle's one patch, a storage
+outside of it writes them at once.
 """
 from __future__ import annotations
 
@@ -84,9 +89,18 @@ class Round:
 
 async def run_cause(handlers: Sequence[ChangingHandler], *, batch: Batch) -> Round:
     """Load the handlers' progress and run the due ones; the caller persists the resulting state."""
+    state = await _load(handlers, batch=batch)
+    return await _run_due(handlers, state=state, lifecycle=batch.lifecycle, batch=batch)
+
+
+async def _load(handlers: Sequence[ChangingHandler], *, batch: Batch) -> State:
+    """The handlers' state as stored; the start of those never seen before is noted before any of them runs."""
     records = await batch.persistence.fetch(handler.id for handler in handlers)
     state = State.from_records(records, clock=batch.clock)
-    return await _run_due(handlers, state=state, lifecycle=batch.lifecycle, batch=batch)
+    for handler_id, record in state.changes.items():
+        await batch.persistence.keep(handler_id, record)
+    await batch.persistence.sync()
+    return state
 
 
 async def forget(persistence: Persistence, ids: Iterable[HandlerId]) -> None:
@@ -128,6 +142,8 @@ async def _run_due(
             attempted.add(handler.id)
             outcome = await _run_one(handler, state[handler.id], batch=batch)
             state = state.with_outcomes({handler.id: outcome})
+            await batch.persistence.keep(handler.id, state[handler.id].as_record())
+            await batch.persistence.sync()
     return Round(state=state)
 
 
@@ -186,10 +202,8 @@ async def _run_children(
 ) -> None:
     """Run the due sub-handlers once; raise unless all of them have finished successfully."""
     ids = [child.id for child in children]
-    state = State.from_records(await batch.persistence.fetch(ids), clock=batch.clock)
+    state = await _load(children, batch=batch)
     outcome = await _run_due(children, state=state, lifecycle=lifecycle or batch.lifecycle, batch=batch)
-    for child_id, record in outcome.state.changes.items():
-        batch.persistence.keep(child_id, record)
     if outcome.stalled:
         raise HandlerChildrenRetry("The sub-handlers' lifecycle has failed.", delay=STALL_DELAY)
     if not outcome.state.done:

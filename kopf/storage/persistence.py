@@ -14,12 +14,20 @@ only way to the storages, and it keeps these promises:
   of an object at rest costs no storage call but the essences. A custom
   storage that keeps records elsewhere cannot be judged from the object: its
   records are fetched (once per id) when the cycle needs them.
-* **Writes once.** Stores and purges are collected and applied at
-  :meth:`commit`: per handler id only the last wish counts (a record stored
-  and purged in the same cycle is never written), purges are skipped for
-  records known to be absent, the storage is flushed once, and everything
-  that goes to the object goes into one patch, :attr:`patch`. The cycle
-  adds its finalizer changes to the same patch.
+* **Writes once, with the object.** For storages that keep progress in the
+  object, stores and purges are collected and applied at :meth:`commit`:
+  per handler id only the last wish counts (a record stored and purged in
+  the same cycle is never written), the storage is flushed once, and
+  everything goes into one patch, :attr:`patch`, which the caller sends.
+  The cycle adds its finalizer changes to the same patch.
+* **Writes early, outside of the object.** A storage that keeps records
+  elsewhere costs no API request per write, and cannot be written together
+  with the object anyway: its records are stored as soon as they are kept
+  (a pending handler's start before it runs, each outcome right after its
+  attempt) and flushed at every :meth:`sync`, so that a crash costs at most
+  the handler that was running. Unchanged records are not stored again.
+  Purges wait for :meth:`commit`, the end of the cycle.
+* Purges are skipped for records known to be absent.
 
 The storages are called only through :func:`kopf.storage.calls.call`, so
 that sync and async storages work alike.
@@ -88,6 +96,7 @@ class Persistence:
         self._essence: Essence | None = None
         self._empty: bool | None = None
         self._in_body = in_body(progress)
+        self._unflushed = False
 
     # Reading.
 
@@ -155,9 +164,22 @@ class Persistence:
 
     # Writing.
 
-    def keep(self, key: HandlerId, record: ProgressRecord) -> None:
-        """Store the record at commit (unless purged meanwhile)."""
-        self._writes[key] = record
+    async def keep(self, key: HandlerId, record: ProgressRecord) -> None:
+        """Store the record: at commit in the object (unless purged meanwhile), right away elsewhere."""
+        if self._in_body:
+            self._writes[key] = record
+            return
+        self._writes.pop(key, None)
+        if self._records.get(key) != record:
+            await calls.call(self.progress.store, key=key, record=record, body=self.body, patch=self.patch)
+            self._records[key] = record
+            self._unflushed = True
+
+    async def sync(self) -> None:
+        """Flush what was stored right away, if anything (a storage outside of the object only)."""
+        if self._unflushed:
+            self._unflushed = False
+            await calls.call(self.progress.flush)
 
     def forget(self, key: HandlerId) -> None:
         """Purge the record at commit (if there can be one)."""
@@ -173,7 +195,8 @@ class Persistence:
 
     async def commit(self) -> Patch:
         """Apply the collected writes, flush the progress storage once, and return the patch."""
-        written = False
+        written = self._unflushed
+        self._unflushed = False
         for key, record in self._writes.items():
             if record is not None:
                 await calls.call(self.progress.store, key=key, record=record, body=self.body, patch=self.patch)

@@ -184,8 +184,8 @@ def test_which_storages_keep_everything_in_the_object(storage, expected):
 async def test_writes_are_collected_and_applied_once_at_commit():
     storage = Counting()
     facade = make(storage, with_records(b=RECORD))
-    facade.keep(A, DONE)
-    facade.keep(A, RECORD)
+    await facade.keep(A, DONE)
+    await facade.keep(A, RECORD)
     facade.forget(B)
     assert storage.calls['store'] == storage.calls['purge'] == 0
     patch = await facade.commit()
@@ -197,10 +197,29 @@ async def test_writes_are_collected_and_applied_once_at_commit():
     assert 'kopf.zalando.org/b' not in annotations
 
 
+async def test_a_storage_outside_of_the_object_is_written_at_once_and_flushed_on_sync():
+    storage = External({A: RECORD})
+    facade = make(storage)
+    await facade.fetch([A])
+    await facade.keep(A, RECORD)  # unchanged: not stored again
+    assert storage.calls['store'] == 0
+    await facade.keep(B, DONE)
+    assert storage.calls['store'] == 1 and storage.data[B] == DONE
+    assert storage.calls['flush'] == 0
+    await facade.sync()
+    await facade.sync()
+    assert storage.calls['flush'] == 1
+    facade.forget(A)
+    assert storage.calls['purge'] == 0  # purges wait for the end of the cycle
+    assert await facade.commit() == {}
+    assert storage.calls['purge'] == 1 and storage.calls['flush'] == 2
+    assert storage.data == {B: DONE}
+
+
 async def test_a_record_kept_and_forgotten_in_one_cycle_is_never_written():
     storage = Counting()
     facade = make(storage)
-    facade.keep(A, RECORD)
+    await facade.keep(A, RECORD)
     facade.forget(A)
     patch = await facade.commit()
     assert patch == {}
@@ -242,7 +261,7 @@ async def test_in_body_storages_purge_unfetched_and_unreadable_records_too():
 async def test_what_is_decided_is_seen_by_later_reads():
     storage = External({A: RECORD})
     facade = make(storage)
-    facade.keep(B, DONE)
+    await facade.keep(B, DONE)
     facade.forget(A)
     assert await facade.fetch([A, B]) == {A: None, B: DONE}
     assert storage.calls['fetch'] == 0
@@ -285,13 +304,13 @@ async def test_a_multi_cycle_handling_through_a_real_storage():
     """First cycle: a is stored; second: it is read back, then purged along with the marker."""
     storage = SmartProgressStorage()
     facade = make(storage)
-    facade.keep(A, RECORD)
+    await facade.keep(A, RECORD)
     body = applied(facade.body, await facade.commit())
     assert 'kopf.zalando.org/a' in body.metadata.annotations
 
     facade = Persistence(progress=storage, diffbase=AnnotationsDiffBaseStorage(), body=body)
     assert await facade.fetch([A]) == {A: RECORD}
-    facade.keep(A, RECORD)  # unchanged: a rewrite is harmless and idempotent
+    await facade.keep(A, RECORD)  # unchanged: a rewrite is harmless and idempotent
     facade.forget(A)
     facade.remove_touch()
     body = applied(body, await facade.commit())
