@@ -295,9 +295,10 @@ async def handle_object(
                           body=body, extra_fields=registry.get_extra_fields(resource))
     arguments = Arguments(operator=OperatorArguments(logger=logger, memo=memo, config=config),
                           object=ObjectArguments(body=body, patch=Patch(), resource=resource))
+    handled = registry.has_changing_handlers(resource)
     cause = await causation.detect(
         event_type=event_type, body=body, finalizer=config.persistence.finalizer, first_seen=first_seen,
-        handled=registry.has_changing_handlers(resource), resume_ids=selection.resume_ids(registry, resource),
+        handled=handled, resume_ids=selection.resume_ids(registry, resource),
         requires_finalizer=functools.partial(selection.requires_finalizer, registry, resource,
                                              arguments=arguments, logger=logger),
         persistence=storage)
@@ -309,7 +310,7 @@ async def handle_object(
         if delay is not None:
             delays.append(delay)
 
-    if cause.reason in causation.HANDLED_REASONS or cause.reason == Reason.FINALIZER:
+    if cause.reason != Reason.GONE and (handled or cause.reason == Reason.DELETE):
         logger.debug("Handling cycle for %s: %s.", body.describe(), cause.reason.value)
     if cause.essences is not None:
         arguments = arguments.with_cause(CauseArguments(reason=cause.reason, old=cause.old, new=cause.new,

@@ -96,6 +96,7 @@ async def _send(
     """
     name = body.metadata.name or ''
     namespace = body.metadata.namespace
+    rejection = ''
     attempt = 0
     while attempt < PATCH_ATTEMPTS:
         attempt += 1
@@ -114,15 +115,15 @@ async def _send(
             continue
         except APIUnprocessableError as e:
             if essential is not None:
-                logger.error("The server rejected the patch as invalid: %s. Not stored: %s. "
-                             "The handlers' progress is stored without them; they are not run again.",
-                             e, ', '.join(extras) or 'nothing else')
+                # The handlers' results or changes may be what the server refuses: never lose the progress to them.
+                rejection = f"The server rejected the patch as invalid: {e}. Not stored: {', '.join(extras)}."
                 if not essential:
+                    logger.error("%s", rejection)
                     return ProcessingOutcome(delay=delay)
                 patch, essential, attempt = essential, None, 0
                 continue
-            logger.error("The server rejected the patch as invalid: %s. Retrying the handling in %ss.",
-                         e, REJECTED_PATCH_DELAY)
+            logger.error("%sThe server rejected the patch as invalid: %s. Retrying the handling in %ss.",
+                         f"{rejection} " if rejection else "", e, REJECTED_PATCH_DELAY)
             return ProcessingOutcome(delay=REJECTED_PATCH_DELAY)
         except (APIServerError, APIConnectionError, aiohttp.ClientError, asyncio.TimeoutError) as e:
             logger.warning("Failed to patch the object (attempt %d of %d): %s", attempt, PATCH_ATTEMPTS, e)
@@ -130,6 +131,8 @@ async def _send(
             continue
         if patched is None:
             return ProcessingOutcome()  # gone meanwhile: nothing left to do
+        if rejection:
+            logger.error("%s The handlers' progress is stored without it; they are not run again.", rejection)
         rv = patched.get('metadata', {}).get('resourceVersion')
         return ProcessingOutcome(delay=delay, resource_version=str(rv) if rv else None, body=patched)
     logger.error("Failed to patch the object %d times; retrying the handling in %ss.",

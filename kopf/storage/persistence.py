@@ -154,12 +154,12 @@ class Persistence:
         if not self._in_body:
             return False
         if self._empty is None:
-            probe: Essence = {'metadata': {'annotations': dict(self.body.metadata.annotations)}}
-            if self.body.status:
-                probe['status'] = copy.deepcopy(dict(self.body.status))
-            expected = copy.deepcopy(probe)
+            annotations = dict(self.body.metadata.annotations)
+            status = self.body.raw.get('status')
+            original: Essence = {'metadata': {'annotations': annotations}, **({'status': status} if status else {})}
+            probe = copy.deepcopy(original)  # clear() may change it; the body must stay intact
             cleared = await calls.call(self.progress.clear, essence=probe)
-            self._empty = cleared == expected
+            self._empty = cleared == original
         return self._empty
 
     # Writing.
