@@ -4,12 +4,16 @@ Processing: sending the handling's patch, and never losing it on API failures.
 The API server is an ``aresponses`` mock; the handling itself is replaced by
 a fixed result where only the sending matters.
 """
+import asyncio
+import gc
 import json
 import logging
+import weakref
 
 import pytest
 from aiohttp import web
 
+import kopf
 from kopf.config import OperatorConfig
 from kopf.reactor import cycle, processing
 from kopf.reactor.cycle import HandlingResult
@@ -228,3 +232,27 @@ def test_rebase_keeps_a_removal_of_our_finalizer():
     rebased = processing.rebase(Patch({'metadata': {'finalizers': [], 'resourceVersion': '1'}}), fresh,
                                 finalizer=OURS)
     assert rebased == {'metadata': {'finalizers': ['foreign/new'], 'resourceVersion': '9'}}
+
+
+async def test_nothing_of_a_processed_event_is_kept(aresponses, host, watch):
+    refs = []
+
+    def create_fn(body, patch, logger, **_):
+        refs.extend([weakref.ref(body), weakref.ref(patch), weakref.ref(logger)])
+        return 'done'
+    kopf.on.create('kopfexamples', id='create_fn', registry=watch.registry)(create_fn)
+    sent = []
+    aresponses.add(host, PATH, 'PATCH', patched(sent, '2'))
+    aresponses.add(host, f'{PATH}/status', 'PATCH', patched(sent, '3'))
+
+    outcome = await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
+
+    assert outcome.resource_version == '3'
+    assert sent[-1] == {'status': {'create_fn': 'done'}}
+    assert len(refs) == 3
+    for _ in range(100):  # the executor's thread lets go of its last call a moment after the result
+        gc.collect()
+        if all(ref() is None for ref in refs):
+            break
+        await asyncio.sleep(0.01)
+    assert [ref() for ref in refs] == [None, None, None]
