@@ -26,7 +26,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import datetime
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from kopf.errors import (
@@ -39,7 +39,6 @@ from kopf.errors import (
 )
 from kopf.reactor import invocation, subhandling
 from kopf.reactor.arguments import Arguments, Attempts, Logger
-from kopf.reactor.lifecycles import LifeCycleFn
 from kopf.reactor.registries import DEFAULT_BACKOFF, BaseHandler, ChangingHandler, WatchingHandler
 from kopf.structs.ids import HandlerId
 
@@ -65,10 +64,6 @@ class Past(Attempts, Protocol):
 
     @property
     def message(self) -> str | None: ...
-
-
-# Runs these sub-handlers of the running parent once; raises unless all have finished successfully.
-ChildrenRunner = Callable[[Sequence[ChangingHandler], LifeCycleFn | None], Awaitable[None]]
 
 
 async def attempt(
@@ -125,7 +120,7 @@ async def run_changing(
         arguments: Arguments,
         executor: concurrent.futures.Executor | None,
         logger: Logger,
-        children: ChildrenRunner,
+        children: subhandling.SubRunner,
 ) -> HandlerOutcome:
     """
     One attempt of a handler of a cause, with the sub-handlers it declares.

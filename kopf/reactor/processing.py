@@ -135,8 +135,8 @@ async def _send(
             logger.error("%s The handlers' progress is stored without it; they are not run again.", rejection)
         rv = patched.get('metadata', {}).get('resourceVersion')
         return ProcessingOutcome(delay=delay, resource_version=str(rv) if rv else None, body=patched)
-    logger.error("Failed to patch the object %d times; retrying the handling in %ss.",
-                 PATCH_ATTEMPTS, REJECTED_PATCH_DELAY)
+    logger.error("%sFailed to patch the object %d times; retrying the handling in %ss.",
+                 f"{rejection} " if rejection else "", PATCH_ATTEMPTS, REJECTED_PATCH_DELAY)
     return ProcessingOutcome(delay=REJECTED_PATCH_DELAY)
 
 
