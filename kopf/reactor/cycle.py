@@ -237,7 +237,7 @@ async def _handle_changes(cycle: _Cycle, cause: Cause) -> _Verdict:
                                            arguments=cycle.arguments, logger=logger)
     batch = scheduling.Batch(
         persistence=cycle.persistence, arguments=cycle.arguments, lifecycle=cycle.lifecycle,
-        budget=scheduling.Budget(limit=cycle.config.persistence.max_unpersisted_time, clock=cycle.clock),
+        budget=scheduling.Budget(limit=cycle.config.persistence.max_unpersisted_time),
         executor=cycle.config.execution.executor, logger=logger, clock=cycle.clock, results=cycle.results)
     outcome = await scheduling.run_cause(handlers, batch=batch)
     state = outcome.state

@@ -121,13 +121,15 @@ async def run_changing(
         executor: concurrent.futures.Executor | None,
         logger: Logger,
         children: subhandling.SubRunner,
+        stopwatch: invocation.Stopwatch | None = None,
 ) -> HandlerOutcome:
     """
     One attempt of a handler of a cause, with the sub-handlers it declares.
 
     The sub-handlers are run by ``children`` (the caller knows their state
     and storage); the outcome names them in ``subrefs``, so that their
-    records are purged together with their parent's.
+    records are purged together with their parent's. The ``stopwatch``, if
+    given, counts the handler's own time.
     """
     context = subhandling.SubhandlingContext(parent_id=handler.id, run=children)
     kwargs = arguments.for_handler(handler).with_attempt(past).render()
@@ -135,7 +137,7 @@ async def run_changing(
     async def call() -> Any:
         token = subhandling.subhandling_context.set(context)
         try:
-            result = await invocation.invoke(handler.fn, kwargs=kwargs, executor=executor)
+            result = await invocation.invoke(handler.fn, kwargs=kwargs, executor=executor, stopwatch=stopwatch)
         finally:
             subhandling.subhandling_context.reset(token)
         await subhandling.run_pending(context)

@@ -10,9 +10,12 @@ still due. The cycle's run ends when:
   their next attempt is a retry and belongs to the next cycle (so
   ``one_by_one`` stops at a failing handler, as it must);
 * the budget is spent: once the handlers of this cycle have run for
-  ``config.persistence.max_unpersisted_time`` seconds, no further handler
-  starts before the outcomes so far are persisted; the first handler of a
-  run always starts, so that every cycle makes progress;
+  ``config.persistence.max_unpersisted_time`` seconds together, no further
+  handler starts before the outcomes so far are persisted. What counts is
+  the handlers' own time (a plain function's time in its thread, not its
+  wait for a free thread of the executor; a sub-handler's time once, not
+  again in its parent's). The first handler of a run always starts, so that
+  every cycle makes progress;
 * the lifecycle fails: it raises, chooses nothing although handlers are
   due, or chooses handlers that are not due. It is reported by name, and
   the handlers wait for :data:`STALL_DELAY` (or for the next event).
@@ -35,7 +38,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from kopf.errors import HandlerChildrenRetry, PermanentError
-from kopf.reactor import execution, progression
+from kopf.reactor import execution, invocation, progression
 from kopf.reactor.arguments import Arguments, Logger
 from kopf.reactor.execution import HandlerOutcome
 from kopf.reactor.lifecycles import LifeCycleFn
@@ -50,19 +53,17 @@ STALL_DELAY = DEFAULT_BACKOFF
 
 @dataclasses.dataclass
 class Budget:
-    """How long the handlers of one cycle may run before their outcomes must be persisted."""
+    """How long the handlers of one cycle may run, together, before their outcomes must be persisted."""
 
     limit: float
-    clock: Clock
-    started: float | None = None
+    spent: float = 0.0
 
-    def start(self) -> None:
-        if self.started is None:
-            self.started = self.clock.monotonic()
+    def charge(self, seconds: float) -> None:
+        self.spent += seconds
 
     @property
-    def spent(self) -> bool:
-        return self.started is not None and self.clock.monotonic() - self.started >= self.limit
+    def exhausted(self) -> bool:
+        return self.spent >= self.limit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +126,7 @@ async def _run_due(
         batch: Batch,
 ) -> Round:
     attempted: set[HandlerId] = set()
-    while not (attempted and batch.budget.spent):
+    while not (attempted and batch.budget.exhausted):
         due = [handler for handler in handlers if state[handler.id].awakened]
         if not due:
             break
@@ -136,9 +137,8 @@ async def _run_due(
         if not fresh:
             break
         for handler in fresh:
-            if attempted and batch.budget.spent:
+            if attempted and batch.budget.exhausted:
                 break
-            batch.budget.start()
             attempted.add(handler.id)
             outcome = await _run_one(handler, state[handler.id], batch=batch)
             state = state.with_outcomes({handler.id: outcome})
@@ -180,12 +180,19 @@ def _choose(
 async def _run_one(handler: ChangingHandler, past: HandlerState, *, batch: Batch) -> HandlerOutcome:
     """One attempt of one handler; its sub-handlers run inside it, with the parent's view of the object."""
     children_batch = dataclasses.replace(batch, arguments=batch.arguments.for_handler(handler))
+    stopwatch = invocation.Stopwatch(batch.clock.monotonic)
 
     async def children(subhandlers: Sequence[ChangingHandler], lifecycle: LifeCycleFn | None) -> None:
-        await _run_children(subhandlers, lifecycle=lifecycle, batch=children_batch)
+        counting = stopwatch.stop()  # the sub-handlers' time is counted by themselves
+        try:
+            await _run_children(subhandlers, lifecycle=lifecycle, batch=children_batch)
+        finally:
+            if counting:
+                stopwatch.start()
 
     outcome = await execution.run_changing(handler, past, arguments=batch.arguments, executor=batch.executor,
-                                           logger=batch.logger, children=children)
+                                           logger=batch.logger, children=children, stopwatch=stopwatch)
+    batch.budget.charge(stopwatch.elapsed)
     if outcome.final and outcome.exception is None and outcome.result is not None:
         batch.results[handler.id] = outcome.result
     if outcome.final and outcome.subrefs:

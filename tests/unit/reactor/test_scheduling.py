@@ -149,6 +149,23 @@ async def test_the_budget_is_read_from_the_config(server, registry, config, cloc
     assert len(results) == 1
 
 
+async def test_sub_handlers_count_once_not_again_in_their_parent(server, registry, clock):
+    calls = []
+
+    async def parent(**_):
+        clock.advance(0.1)
+        await kopf.on.execute(fns={'a': make_handler(calls, 'a', duration=0.4, clock=clock),
+                                   'b': make_handler(calls, 'b', duration=0.4, clock=clock)})
+    kopf.on.create(*RESOURCE, id='parent', registry=registry)(parent)
+    register(registry, calls, 'next')
+
+    result = await server.cycle()
+
+    # 0.1 + 0.4 + 0.4 < 1.0: 'next' still fits; counting the sub-handlers twice (1.7) would have deferred it.
+    assert names(calls) == ['a', 'b', 'next']
+    assert result.done
+
+
 # A broken lifecycle is reported by name and stalls only this object's handlers.
 
 def broken(handlers, **_):
