@@ -65,10 +65,6 @@ class Reason(str, enum.Enum):
         return self.value
 
 
-# Causes whose handlers are called; the others only patch or do nothing.
-HANDLED_REASONS = frozenset({Reason.CREATE, Reason.UPDATE, Reason.DELETE, Reason.RESUME})
-
-
 @dataclasses.dataclass(frozen=True)
 class Cause:
     """
