@@ -18,11 +18,18 @@ from kopf.structs.reviews import WebhookServerProtocol
 logger = logging.getLogger('kopf.config')
 
 DEFAULT_FINALIZER = 'kopf.zalando.org/KopfFinalizerMarker'
+DEFAULT_MAX_UNPERSISTED_TIME = 1.0
 
 
 class PersistenceConfig:
     """
-    Where handler progress and the last-handled configuration are kept.
+    Where handler progress and the last-handled configuration are kept, and how often it is written.
+
+    ``max_unpersisted_time`` (seconds, default 1.0): handlers that are due
+    run one after another within one handling cycle, and their outcomes are
+    written together in one patch -- but once the handlers of a cycle have
+    run this long, their outcomes are persisted before the next handler
+    starts. ``0`` persists after every handler.
 
     Assignments are type-checked, so a misconfiguration fails in the startup
     handler rather than in the middle of handling. Once the operator has
@@ -33,11 +40,13 @@ class PersistenceConfig:
         'progress_storage': ProgressStorage,
         'diffbase_storage': DiffBaseStorage,
         'finalizer': str,
+        'max_unpersisted_time': float,
     }
 
     progress_storage: ProgressStorage
     diffbase_storage: DiffBaseStorage
     finalizer: str
+    max_unpersisted_time: float
 
     def __init__(
             self,
@@ -45,16 +54,22 @@ class PersistenceConfig:
             progress_storage: ProgressStorage | None = None,
             diffbase_storage: DiffBaseStorage | None = None,
             finalizer: str = DEFAULT_FINALIZER,
+            max_unpersisted_time: float = DEFAULT_MAX_UNPERSISTED_TIME,
     ) -> None:
         object.__setattr__(self, '_frozen', False)
         self.progress_storage = progress_storage if progress_storage is not None else SmartProgressStorage()
         self.diffbase_storage = diffbase_storage if diffbase_storage is not None else AnnotationsDiffBaseStorage()
         self.finalizer = finalizer
+        self.max_unpersisted_time = max_unpersisted_time
 
     def __setattr__(self, name: str, value: Any) -> None:
         expected = self._TYPES.get(name)
         if expected is None:
             raise AttributeError(f"Unknown persistence setting {name!r}; known: {sorted(self._TYPES)}.")
+        if expected is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if expected is float and isinstance(value, float) and not value >= 0:
+            raise ValueError(f"config.persistence.{name} must be a number of seconds >= 0, got {value!r}.")
         if not isinstance(value, expected):
             raise TypeError(
                 f"config.persistence.{name} must be a {_public_name(expected)}, "
@@ -72,7 +87,8 @@ class PersistenceConfig:
 
     def __repr__(self) -> str:
         return (f"PersistenceConfig(progress_storage={self.progress_storage!r}, "
-                f"diffbase_storage={self.diffbase_storage!r}, finalizer={self.finalizer!r})")
+                f"diffbase_storage={self.diffbase_storage!r}, finalizer={self.finalizer!r}, "
+                f"max_unpersisted_time={self.max_unpersisted_time!r})")
 
 
 def _public_name(cls: type) -> str:

@@ -20,7 +20,7 @@ from kopf.clients import auth, discovery, events, watching
 from kopf.clients.auth import APIContext
 from kopf.config import OperatorConfig
 from kopf.engines import posting
-from kopf.reactor import handling, processing, queueing, serving
+from kopf.reactor import activities, processing, queueing, serving
 from kopf.reactor.registries import Activity, OperatorRegistry, get_default_registry
 from kopf.structs.credentials import ConnectionInfo
 from kopf.structs.ephemera import Memo
@@ -106,7 +106,7 @@ async def _serve(
     with _stop_on_signals(stop) if stop_flag is None else contextlib.nullcontext():
         stopper = asyncio.create_task(_relay_stop_flag(stop_flag, stop)) if stop_flag is not None else None
         try:
-            await handling.run_activity(registry=registry, activity=Activity.STARTUP, config=config,
+            await activities.run_activity(registry=registry, activity=Activity.STARTUP, config=config,
                                         memo=memo, logger=logger)
             config.persistence.freeze()
             try:
@@ -127,7 +127,7 @@ async def _serve(
         finally:
             if stopper is not None:
                 stopper.cancel()
-            await handling.run_activity(registry=registry, activity=Activity.CLEANUP, config=config,
+            await activities.run_activity(registry=registry, activity=Activity.CLEANUP, config=config,
                                         memo=memo, logger=logger)
     logger.info("The operator has stopped.")
 
@@ -146,7 +146,7 @@ async def _storages(config: OperatorConfig) -> AsyncIterator[None]:
 
 async def _login(*, registry: OperatorRegistry, config: OperatorConfig, memo: Any) -> ConnectionInfo:
     """Credentials from the login handlers if there are any, else from the environment."""
-    results = await handling.run_activity(registry=registry, activity=Activity.LOGIN, config=config,
+    results = await activities.run_activity(registry=registry, activity=Activity.LOGIN, config=config,
                                           memo=memo, logger=logger)
     for result in results.values():
         if isinstance(result, ConnectionInfo):

@@ -213,7 +213,7 @@ class AnnotationsProgressStorage(ProgressStorage):
         descendants = key.replace('/', '.') + '.'
         for full_key, value in body.metadata.annotations.items():
             prefix, name = conventions.split_key(full_key)
-            if prefix == self.prefix and name.startswith(descendants) and records.looks_like_record(value):
+            if prefix == self.prefix and name.startswith(descendants) and records.is_orphan_candidate(value):
                 _forget_annotation(full_key, body=body, patch=patch)
 
     def touch(self, *, body: Body, patch: Patch, value: str | None) -> None:
@@ -287,7 +287,8 @@ class StatusProgressStorage(ProgressStorage):
     def purge(self, *, key: HandlerId, body: Body, patch: Patch) -> None:
         """Forget the handler's record, and those of its sub-handlers (``key/...``), which Kopf 0.27 left behind."""
         stored = dicts.resolve(body, self.field, None)
-        keys = [key] + [k for k in (stored if isinstance(stored, dict) else {}) if k.startswith(f"{key}/")]
+        stored = stored if isinstance(stored, dict) else {}
+        keys = [key] + [k for k, v in stored.items() if k.startswith(f"{key}/") and records.is_orphan_candidate(v)]
         for k in keys:
             path = self.field + (k,)
             if dicts.resolve(body, path, None) is not None:

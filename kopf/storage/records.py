@@ -121,6 +121,31 @@ def looks_like_record(value: str) -> bool:
 _KNOWN_FIELDS = frozenset(_FIELD_TYPES) | KOPF_EXTRA_FIELDS
 
 
+def is_orphan_candidate(value: Any) -> bool:
+    """
+    Whether a record (a dict or its JSON text) was written by Kopf 0.27, which left sub-handlers' records behind.
+
+    Such records are recognised by their keys (``parent.child``) when the
+    parent is purged; but only records in 0.27's own shape (no ``purpose``,
+    a naive ``started`` time) are taken by the key alone: a record written by
+    this framework or by a later Kopf is never purged for its name's sake,
+    even if that name happens to start like another handler's.
+    """
+    if isinstance(value, str):
+        if not looks_like_record(value):
+            return False
+        value = json.loads(value)
+    if not isinstance(value, Mapping) or 'purpose' in value:
+        return False
+    started = value.get('started')
+    if not isinstance(started, str):
+        return False
+    try:
+        return datetime.datetime.fromisoformat(started).tzinfo is None
+    except ValueError:
+        return False
+
+
 def advancement(record: ProgressRecord) -> tuple[int, int]:
     """
     How far a handler had got by this record: finished beats unfinished, then more attempts beat fewer.
