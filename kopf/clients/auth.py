@@ -1,48 +1,77 @@
 """
 Credentials and the authenticated HTTP session to the Kubernetes API.
 
-Login functions turn a kubeconfig or a pod's service account into a
+Login functions turn a kubeconfig, a pod's service account, or another
+Kubernetes client library's configuration into a
 :class:`~kopf.structs.credentials.ConnectionInfo`; :class:`APIContext` turns
-that into one ``aiohttp`` session with TLS verification, authentication, and
-retries of transient failures, so that every other client module only says
-*what* to request.
+that into one ``aiohttp`` session with TLS verification, authentication,
+timeouts, TCP keepalive, and retries of transient failures, so that every
+other client module only says *what* to request.
+
+Credentials change while an operator runs: token files are rotated, exec
+plugins hand out short-lived tokens, a cluster revokes a token. The context
+follows a token file as it changes, logs in again shortly before the
+credentials expire, and on a ``401 Unauthorized`` logs in again and repeats
+the request once — without restarting the operator.
 """
 from __future__ import annotations
 
 import asyncio
 import base64
 import contextlib
-import itertools
+import dataclasses
+import importlib
 import json as jsonlib
 import logging
 import os
 import shutil
+import socket
 import ssl
 import tempfile
+import time
 import types
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeAlias
 
 import aiohttp
-import pykube
-import pykube.exceptions
-import yaml
 
-from kopf.clients.errors import APIConnectionError, APIError, APIServerError, check_response
+from kopf.clients import kubeconfig
+from kopf.clients.errors import (
+    APIConnectionError,
+    APIError,
+    APIServerError,
+    APITooManyRequestsError,
+    APIUnauthorizedError,
+    LoginError,
+    check_response,
+)
 from kopf.structs.credentials import ConnectionInfo
 from kopf.structs.resources import ParamValue, build_query
 
+__all__ = [
+    'APIContext',
+    'LoginError',
+    'Relogin',
+    'login_default',
+    'login_via_async_client',
+    'login_via_client',
+    'login_via_incluster',
+    'login_via_kubeconfig',
+    'login_via_pykube',
+    'login_with_kubeconfig',
+    'login_with_service_account',
+    'make_ssl_context',
+]
+
 logger = logging.getLogger(__name__)
+_module_logger = logger  # for functions whose `logger` argument shadows it
 
 SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount'
-DEFAULT_KUBECONFIG = '~/.kube/config'
+DEFAULT_KUBECONFIG = kubeconfig.DEFAULT_KUBECONFIG
 
 Logger: TypeAlias = 'logging.Logger | logging.LoggerAdapter[Any]'
-
-
-class LoginError(Exception):
-    """No usable credentials were found; the message says what was tried and why it failed."""
+Relogin: TypeAlias = Callable[[], Awaitable[ConnectionInfo]]
 
 
 # --- Credentials --------------------------------------------------------------------------------
@@ -78,7 +107,12 @@ def _looks_like_incluster() -> bool:
 
 
 def login_via_incluster(path: str | None = None) -> ConnectionInfo:
-    """Credentials of the pod's service account: its token, the cluster CA, its namespace."""
+    """
+    Credentials of the pod's service account: its token, the cluster CA, its namespace.
+
+    The token file is followed as it changes: projected service-account
+    tokens are short-lived and rotated in place by the kubelet.
+    """
     path = path if path is not None else SERVICE_ACCOUNT_DIR
     host = os.environ.get('KUBERNETES_SERVICE_HOST')
     port = os.environ.get('KUBERNETES_SERVICE_PORT', '443')
@@ -99,126 +133,159 @@ def login_via_incluster(path: str | None = None) -> ConnectionInfo:
         server=f'https://{host}:{port}',
         ca_path=str(ca_file) if ca_file.is_file() else None,
         token=token,
+        token_path=str(directory / 'token'),
         default_namespace=namespace or None,
     )
 
 
 def login_via_kubeconfig(path: str | os.PathLike[str] | None = None, context: str | None = None) -> ConnectionInfo:
     """
-    Credentials from a kubeconfig file, as ``kubectl`` would use them.
+    Credentials from kubeconfig files, as ``kubectl`` would use them.
 
-    The file is the given path, else the first file of ``$KUBECONFIG``, else
-    ``~/.kube/config``; the context is the given one, else the file's current
-    context. Certificates and CAs may be files (relative to the kubeconfig) or
-    inline ``*-data`` fields. Exec plugins are not supported: they need to run
-    commands, which an operator should not do implicitly.
+    The file is the given path, else the files of ``$KUBECONFIG`` (merged),
+    else ``~/.kube/config``; the context is the given one, else the current
+    context. Certificates and CAs may be files (relative to the kubeconfig)
+    or inline ``*-data`` fields; tokens may be inline or in a ``tokenFile``
+    (followed as it changes); ``exec`` credential plugins are run. Errors
+    name the file, the entry and the field, but never show the file's content.
     """
-    filepath = _kubeconfig_path(path)
-    if not filepath.is_file():
-        raise LoginError(f"The kubeconfig {filepath} does not exist.")
+    config = kubeconfig.load(kubeconfig.kubeconfig_paths(path))
+    return kubeconfig.connection_info(config, context=context)
+
+
+# --- Kopf-compatible login helpers (for @kopf.on.login handlers) ---------------------------------
+
+
+def login_with_service_account(**_: Any) -> ConnectionInfo | None:
+    """The pod's service account, or ``None`` outside of a pod."""
+    if not _looks_like_incluster():
+        return None
+    return login_via_incluster()
+
+
+def login_with_kubeconfig(**_: Any) -> ConnectionInfo | None:
+    """The kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``), or ``None`` if there is none."""
+    if not any(path.is_file() for path in kubeconfig.kubeconfig_paths()):
+        return None
+    return login_via_kubeconfig()
+
+
+def login_via_pykube(*, logger: Logger | None = None, **_: Any) -> ConnectionInfo | None:
+    """
+    The credentials as ``pykube-ng`` finds them: the service account, else the kubeconfig.
+
+    Returns ``None`` if pykube finds no configuration at all.
+    """
     try:
-        config = pykube.KubeConfig.from_file(str(filepath), current_context=context)
-        if context is None and not (config.doc or {}).get('current-context'):
-            raise LoginError("No context is given, and the kubeconfig has no current-context.")
-        return _info_from_kubeconfig(config)
-    except LoginError as e:
-        raise LoginError(f"{e} (in the kubeconfig {filepath})") from e
-    except (pykube.exceptions.PyKubeError, KeyError, TypeError, ValueError, OSError, yaml.YAMLError) as e:
-        raise LoginError(f"Cannot use the kubeconfig {filepath}: {type(e).__name__}: {e}") from e
-
-
-def _kubeconfig_path(path: str | os.PathLike[str] | None) -> Path:
-    if path is not None:
-        return Path(path).expanduser()
-    env = os.environ.get('KUBECONFIG', '')
-    first = next((item for item in env.split(os.pathsep) if item), None)
-    return Path(first or DEFAULT_KUBECONFIG).expanduser()
-
-
-def _info_from_kubeconfig(config: Any) -> ConnectionInfo:
-    context_name = config.current_context
-    if context_name not in config.contexts:
-        raise LoginError(f"The context {context_name!r} is not defined; known: {sorted(config.contexts)}.")
-    context = config.contexts[context_name] or {}
-    cluster_name = context.get('cluster')
-    user_name = context.get('user')
-    raw_cluster = _named_section(config.doc, 'clusters', 'cluster', cluster_name)
-    raw_user = _named_section(config.doc, 'users', 'user', user_name) if user_name else {}
-    if raw_cluster is None:
-        raise LoginError(f"The cluster {cluster_name!r} of the context {context_name!r} is not defined.")
-    if raw_user is None:
-        raise LoginError(f"The user {user_name!r} of the context {context_name!r} is not defined.")
-    if not raw_cluster.get('server'):
-        raise LoginError(f"The cluster {cluster_name!r} has no server URL.")
-    cluster = config.clusters[cluster_name]
-    user = config.users.get(user_name, {}) if user_name else {}
-
-    ca_path, ca_data = _file_or_data(raw_cluster, cluster, 'certificate-authority')
-    cert_path, cert_data = _file_or_data(raw_user, user, 'client-certificate')
-    key_path, key_data = _file_or_data(raw_user, user, 'client-key')
-    token = _token(user, base=Path(config.filepath).parent if config.filepath else None)
-    username = user.get('username')
-    password = user.get('password')
-    has_credentials = token or cert_path or cert_data or username
-    if not has_credentials and user.get('exec'):
-        raise LoginError(f"The user {user_name!r} uses an exec plugin, which is not supported; "
-                         "use a token or client certificates, or an @kopf.on.login handler.")
+        import pykube
+    except ImportError:
+        raise LoginError("kopf.login_via_pykube() needs pykube-ng: pip install pykube-ng") from None
+    log = logger if logger is not None else _module_logger
+    try:
+        config = pykube.KubeConfig.from_service_account()
+    except (FileNotFoundError, KeyError):
+        try:
+            config = pykube.KubeConfig.from_file()
+        except (FileNotFoundError, pykube.exceptions.PyKubeError):
+            log.debug("pykube has found no kubeconfig and no service account.")
+            return None
+        except Exception as e:
+            raise LoginError(f"pykube cannot use the kubeconfig: {type(e).__name__}.") from None
+    cluster = config.cluster
+    user = config.user
+    ca = cluster.get('certificate-authority')
+    cert = user.get('client-certificate')
+    key = user.get('client-key')
+    namespace = config.namespace
     return ConnectionInfo(
-        server=str(raw_cluster['server']),
-        ca_path=ca_path,
-        ca_data=ca_data,
-        insecure=bool(raw_cluster.get('insecure-skip-tls-verify', False)),
-        username=str(username) if username is not None else None,
-        password=str(password) if password is not None else None,
-        token=token,
-        certificate_path=cert_path,
-        private_key_path=key_path,
-        certificate_data=cert_data,
-        private_key_data=key_data,
-        default_namespace=context.get('namespace') or None,
+        server=str(cluster['server']),
+        ca_path=str(ca.filename()) if ca is not None else None,
+        insecure=bool(cluster.get('insecure-skip-tls-verify')),
+        username=user.get('username'),
+        password=user.get('password'),
+        token=user.get('token'),
+        certificate_path=str(cert.filename()) if cert is not None else None,
+        private_key_path=str(key.filename()) if key is not None else None,
+        default_namespace=namespace if namespace and namespace != 'default' else None,
     )
 
 
-def _named_section(doc: Any, listing: str, field: str, name: Any) -> Mapping[str, Any] | None:
-    """The raw ``cluster:``/``user:`` dict of a named kubeconfig entry, as written in the file."""
-    for entry in (doc or {}).get(listing) or []:
-        if isinstance(entry, Mapping) and entry.get('name') == name:
-            section = entry.get(field)
-            return section if isinstance(section, Mapping) else {}
-    return None
-
-
-def _file_or_data(raw: Mapping[str, Any], parsed: Mapping[str, Any], key: str) -> tuple[str | None, bytes | None]:
+def login_via_client(*, logger: Logger | None = None, **_: Any) -> ConnectionInfo | None:
     """
-    A certificate or key as a path or as data, exactly as the kubeconfig gives it.
+    The credentials as the official ``kubernetes`` client loads them (in-cluster, else kubeconfig).
 
-    The parser resolves relative paths and decodes base64; the raw section
-    tells which form was used, so that files stay files (and are re-read on
-    every connection) and inline data never touches the disk here.
+    Returns ``None`` if the client finds no configuration; fails with a
+    clear :class:`LoginError` if the ``kubernetes`` package is not installed.
     """
-    value = parsed.get(key)
-    if value is None:
-        return None, None
-    if f'{key}-data' in raw:
-        return None, bytes(value.bytes())
-    return str(value.filename()), None
-
-
-def _token(user: Mapping[str, Any], *, base: Path | None) -> str | None:
-    if user.get('token'):
-        return str(user['token']).strip()
-    token_file = user.get('tokenFile')
-    if token_file:
-        path = Path(token_file) if base is None else base / Path(token_file).expanduser()
+    try:
+        kubernetes: Any = importlib.import_module('kubernetes')  # optional; untyped
+    except ImportError:
+        raise LoginError("kopf.login_via_client() needs the official Kubernetes client: "
+                         "pip install kubernetes") from None
+    log = logger if logger is not None else _module_logger
+    configuration = kubernetes.client.Configuration()
+    try:
+        kubernetes.config.load_incluster_config(client_configuration=configuration)
+    except kubernetes.config.ConfigException:
         try:
-            return path.read_text(encoding='utf-8').strip()
-        except OSError as e:
-            raise LoginError(f"Cannot read the token file {path}: {e}") from e
-    provider_config = (user.get('auth-provider') or {}).get('config') or {}
-    for field in ('id-token', 'access-token'):  # OIDC and GCP providers cache the last token here
-        if provider_config.get(field):
-            return str(provider_config[field])
-    return None
+            kubernetes.config.load_kube_config(client_configuration=configuration)
+        except kubernetes.config.ConfigException as e:
+            log.debug("The kubernetes client has found no configuration: %s", type(e).__name__)
+            return None
+    return _info_from_client_configuration(configuration)
+
+
+async def login_via_async_client(*, logger: Logger | None = None, **_: Any) -> ConnectionInfo | None:
+    """
+    The credentials as ``kubernetes_asyncio`` loads them (in-cluster, else kubeconfig).
+
+    Returns ``None`` if the client finds no configuration; fails with a
+    clear :class:`LoginError` if ``kubernetes_asyncio`` is not installed.
+    """
+    try:
+        kubernetes_asyncio: Any = importlib.import_module('kubernetes_asyncio')  # optional; untyped
+    except ImportError:
+        raise LoginError("kopf.login_via_async_client() needs kubernetes_asyncio: "
+                         "pip install kubernetes_asyncio") from None
+    log = logger if logger is not None else _module_logger
+    configuration = kubernetes_asyncio.client.Configuration()
+    try:
+        kubernetes_asyncio.config.load_incluster_config(client_configuration=configuration)
+    except kubernetes_asyncio.config.ConfigException:
+        try:
+            await kubernetes_asyncio.config.load_kube_config(client_configuration=configuration)
+        except kubernetes_asyncio.config.ConfigException as e:
+            log.debug("kubernetes_asyncio has found no configuration: %s", type(e).__name__)
+            return None
+    return _info_from_client_configuration(configuration)
+
+
+def _info_from_client_configuration(configuration: Any) -> ConnectionInfo:
+    """Both official clients share the shape of their ``Configuration``."""
+    hook = getattr(configuration, 'refresh_api_key_hook', None)
+    if callable(hook):
+        hook(configuration)
+    header = (configuration.api_key or {}).get('authorization') or (configuration.api_key or {}).get('BearerToken')
+    prefix = (configuration.api_key_prefix or {}).get('authorization')
+    scheme: str | None = None
+    token: str | None = None
+    if header:
+        parts = str(header).split(' ', 1)
+        if len(parts) == 2:
+            scheme, token = parts
+        else:
+            scheme, token = prefix or 'Bearer', parts[0]
+    return ConnectionInfo(
+        server=str(configuration.host),
+        ca_path=configuration.ssl_ca_cert or None,
+        insecure=not configuration.verify_ssl,
+        username=configuration.username or None,
+        password=configuration.password or None,
+        scheme=scheme,
+        token=token,
+        certificate_path=configuration.cert_file or None,
+        private_key_path=configuration.key_file or None,
+    )
 
 
 # --- Session ------------------------------------------------------------------------------------
@@ -261,17 +328,76 @@ def _materialize(tmpdir: str, filename: str, data: bytes | None, path: str | Non
     return target
 
 
+def keepalive_socket_factory(idle: float) -> Callable[[Any], socket.socket]:
+    """
+    Sockets with TCP keepalive, so that a peer that silently vanished is noticed by the kernel.
+
+    Probes start after ``idle`` seconds without traffic and repeat three
+    times at a third of that interval; an unanswered series resets the
+    connection. Without it, a dead NAT entry or load balancer keeps an idle
+    connection "open" for hours.
+    """
+    def factory(addr_info: Any) -> socket.socket:
+        family, type_, proto, _, _ = addr_info
+        sock = socket.socket(family=family, type=type_, proto=proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        options = [('TCP_KEEPIDLE', max(1, int(idle))), ('TCP_KEEPINTVL', max(1, int(idle / 3))),
+                   ('TCP_KEEPCNT', 3)]
+        for name, value in options:
+            if hasattr(socket, name):  # not on every platform
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
+        return sock
+    return factory
+
+
+@dataclasses.dataclass
+class _TokenFile:
+    """A token kept in a file that may be replaced at any time; re-read when it changes."""
+
+    path: str
+    token: str | None
+    signature: tuple[int, int, int] | None = None
+    checked: float = 0.0
+    interval: float = 1.0  # seconds between checks of the file
+
+    def current(self, *, force: bool = False) -> str | None:
+        now = time.monotonic()
+        if not force and now - self.checked < self.interval:
+            return self.token
+        self.checked = now
+        try:
+            stat = os.stat(self.path)
+            signature = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+            if force or signature != self.signature:
+                token = Path(self.path).read_text(encoding='utf-8').strip()
+                if token:
+                    self.token = token
+                self.signature = signature
+        except (OSError, UnicodeDecodeError) as e:
+            logger.warning("Cannot re-read the token file %s: %s; using the last token.",
+                           self.path, type(e).__name__)
+        return self.token
+
+
 class APIContext:
     """
     One authenticated session to one API server, used by all client functions.
 
-    Use it as ``async with APIContext(info) as context: ...``. Transient
-    failures — connection errors, timeouts, 5xx, and 429 "too many requests",
-    which the server sends when it sheds load and which is explicitly meant to
-    be retried — are retried ``retries`` times with an exponential back-off
-    (``backoff``, doubling, capped at ``max_backoff``), each logged as a
-    warning. Other 4xx errors are raised at once: repeating the same request
-    cannot fix them.
+    Use it as ``async with APIContext(info) as context: ...``.
+
+    Every attempt of a request is limited by ``timeout`` (seconds), and
+    connecting by ``connect_timeout``; connections use TCP keepalive after
+    ``keepalive`` idle seconds. Transient failures — connection errors,
+    timeouts, and 5xx — are retried after each delay of ``backoffs`` (by
+    default ``retries`` delays growing from ``backoff``, doubling, capped at
+    ``max_backoff``), each logged as a warning. ``429 Too Many Requests``
+    is waited out as the server asks (its ``Retry-After``, at most
+    ``max_retry_after`` seconds), up to ``throttle_retries`` times. Other
+    4xx errors are raised at once: repeating the same request cannot fix
+    them — except ``401 Unauthorized``, after which the context logs in
+    again with ``relogin`` (e.g. the operator's login handlers) and repeats
+    the request once.
     """
 
     def __init__(
@@ -281,17 +407,38 @@ class APIContext:
             retries: int = 4,
             backoff: float = 0.5,
             max_backoff: float = 10.0,
+            backoffs: Iterable[float] | None = None,
             timeout: float | None = 60.0,
+            connect_timeout: float | None = 10.0,
+            keepalive: float | None = 30.0,
+            throttle_retries: int = 20,
+            max_retry_after: float = 60.0,
+            relogin: Relogin | None = None,
             logger: Logger | None = None,
     ) -> None:
         self.info = info
         self.server = info.server.rstrip('/')
-        self.retries = retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
+        if backoffs is None:
+            backoffs = [min(backoff * 2 ** i, max_backoff) for i in range(retries)]
+        self.backoffs: tuple[float, ...] = tuple(backoffs)
         self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.keepalive = keepalive
+        self.throttle_retries = throttle_retries
+        self.max_retry_after = max_retry_after
+        self.relogin = relogin
         self.logger: Logger = logger if logger is not None else logging.getLogger(__name__)
         self._session: aiohttp.ClientSession | None = None
+        self._retired: list[aiohttp.ClientSession] = []  # sessions of earlier credentials, closed at exit
+        self._token_file = _TokenFile(info.token_path, info.token) if info.token_path else None
+        self._version = 0  # increments with every change of credentials
+        self._refresh_at: float | None = None  # wall-clock time to log in again before expiration
+        self._login_lock = asyncio.Lock()
+        self._schedule_refresh(info)
+
+    @property
+    def retries(self) -> int:
+        return len(self.backoffs)
 
     async def __aenter__(self) -> APIContext:
         await self.open()
@@ -309,21 +456,23 @@ class APIContext:
         """Create the session; done by ``async with``, available for long-lived owners."""
         if self._session is not None:
             return
-        ssl_context = make_ssl_context(self.info)
-        if self.info.insecure:
+        self._session = self._make_session(self.info)
+
+    def _make_session(self, info: ConnectionInfo) -> aiohttp.ClientSession:
+        ssl_context = make_ssl_context(info)
+        if info.insecure:
             self.logger.warning("TLS verification of %s is disabled (insecure-skip-tls-verify).", self.server)
+        factory = keepalive_socket_factory(self.keepalive) if self.keepalive else None
+        connector = aiohttp.TCPConnector(ssl=ssl_context, limit=0, socket_factory=factory)
         headers = {'User-Agent': 'kopf', 'Accept': 'application/json'}
-        if self.info.token:
-            headers['Authorization'] = f'Bearer {self.info.token}'
-        elif self.info.username is not None:
-            pair = f'{self.info.username}:{self.info.password or ""}'.encode()
-            headers['Authorization'] = f'Basic {base64.b64encode(pair).decode("ascii")}'
-        connector = aiohttp.TCPConnector(ssl=ssl_context, limit=0)
-        self._session = aiohttp.ClientSession(connector=connector, headers=headers)
+        return aiohttp.ClientSession(connector=connector, headers=headers)
 
     async def close(self) -> None:
-        if self._session is not None:
-            session, self._session = self._session, None
+        sessions = [self._session] if self._session is not None else []
+        sessions.extend(self._retired)
+        self._session = None
+        self._retired = []
+        for session in sessions:
             await session.close()
 
     @property
@@ -339,6 +488,86 @@ class APIContext:
         if query:
             url = f"{url}{'&' if '?' in url else '?'}{query}"
         return url
+
+    # -- credentials -------------------------------------------------------------------------------
+
+    def auth_headers(self) -> dict[str, str]:
+        """The ``Authorization`` header of the current credentials (re-reading a changed token file)."""
+        info = self.info
+        token = self._token_file.current() if self._token_file is not None else info.token
+        if token:
+            return {'Authorization': f'{info.scheme or "Bearer"} {token}'}
+        if info.username is not None:
+            pair = f'{info.username}:{info.password or ""}'.encode()
+            return {'Authorization': f'Basic {base64.b64encode(pair).decode("ascii")}'}
+        return {}
+
+    def _schedule_refresh(self, info: ConnectionInfo) -> None:
+        """Log in again a bit before the credentials expire: 1/5 of their lifetime, at most a minute early."""
+        expires_at = info.expires_at
+        if expires_at is None:
+            self._refresh_at = None
+            return
+        now = time.time()
+        lifetime = expires_at.timestamp() - now
+        self._refresh_at = expires_at.timestamp() - min(60.0, max(0.0, lifetime / 5))
+        if self._refresh_at <= now and self._version > 0:
+            self.logger.warning("The new credentials have expired already (at %s); using them anyway.",
+                                expires_at.isoformat())
+            self._refresh_at = now + 5.0  # not a busy loop of logins
+
+    async def _refresh_if_expiring(self) -> None:
+        if self._refresh_at is None or self.relogin is None or time.time() < self._refresh_at:
+            return
+        expires_at = self.info.expires_at
+        when = expires_at.isoformat() if expires_at is not None else 'soon'
+        await self.reauthenticate(self._version, reason=f"the credentials expire at {when}")
+
+    async def reauthenticate(self, version: int, *, reason: str) -> bool:
+        """
+        Get new credentials, unless someone has done so since ``version``; ``True`` if there are new ones.
+
+        A changed token file is enough; otherwise the ``relogin`` callback
+        runs (once for all concurrent requests that need it).
+        """
+        async with self._login_lock:
+            if self._version != version:
+                return True
+            if self._token_file is not None:
+                old_token = self._token_file.token
+                if self._token_file.current(force=True) != old_token:
+                    self._version += 1
+                    self.logger.info("Using the new token from %s (%s).", self._token_file.path, reason)
+                    return True
+            if self.relogin is None:
+                return False
+            self.logger.info("Re-authenticating to the Kubernetes API: %s.", reason)
+            try:
+                info = await self.relogin()
+            except Exception as e:
+                self.logger.error("Re-authentication has failed: %s", e)
+                return False
+            self._install(info)
+            return True
+
+    def _install(self, info: ConnectionInfo) -> None:
+        old = self.info
+        tls_fields = ('server', 'ca_path', 'ca_data', 'insecure', 'certificate_path', 'private_key_path',
+                      'certificate_data', 'private_key_data')
+        if self._session is not None and any(getattr(old, f) != getattr(info, f) for f in tls_fields):
+            self._retired.append(self._session)  # streams in flight finish on it; closed at exit
+            self._session = self._make_session(info)
+        self.info = info
+        self.server = info.server.rstrip('/')
+        self._token_file = _TokenFile(info.token_path, info.token) if info.token_path else None
+        self._version += 1
+        self._schedule_refresh(info)
+
+    # -- requests ----------------------------------------------------------------------------------
+
+    def _client_timeout(self, timeout: float | None) -> aiohttp.ClientTimeout:
+        return aiohttp.ClientTimeout(total=timeout if timeout is not None else self.timeout,
+                                     sock_connect=self.connect_timeout)
 
     async def request(
             self,
@@ -359,31 +588,64 @@ class APIContext:
         """
         url = self.url(url_or_path, params)
         data = jsonlib.dumps(json).encode('utf-8') if json is not None else None
-        all_headers = {'Content-Type': 'application/json'} if data is not None else {}
-        all_headers.update(headers or {})
-        client_timeout = aiohttp.ClientTimeout(total=timeout if timeout is not None else self.timeout)
-        for attempt in itertools.count(1):
+        extra_headers = {'Content-Type': 'application/json'} if data is not None else {}
+        extra_headers.update(headers or {})
+        client_timeout = self._client_timeout(timeout)
+        failures = 0
+        throttled = 0
+        relogged = False
+        while True:
+            await self._refresh_if_expiring()
+            version = self._version
             try:
                 async with self.session.request(
-                        method, url, data=data, headers=all_headers, timeout=client_timeout,
+                        method, url, data=data, headers={**self.auth_headers(), **extra_headers},
+                        timeout=client_timeout,
                 ) as response:
                     await check_response(response)
                     text = await response.text()
                     return jsonlib.loads(text) if text.strip() else None
+            except APIUnauthorizedError as e:
+                if relogged or not await self.reauthenticate(version, reason=f"{method} {url} got {e.status}"):
+                    raise
+                relogged = True
+                continue
+            except APITooManyRequestsError as e:
+                throttled += 1
+                if throttled > self.throttle_retries:
+                    raise
+                delay = self._throttle_delay(e, throttled)
+                self.logger.warning("%s %s: the server is overloaded (429 Too Many Requests); "
+                                    "retrying in %.2fs as asked (%d of %d).",
+                                    method, url, delay, throttled, self.throttle_retries)
+                await asyncio.sleep(delay)
+                continue
             except APIError as e:
-                if not _is_transient(e) or attempt > self.retries:
+                if not isinstance(e, APIServerError) or failures >= len(self.backoffs):
                     raise
                 problem = str(e)
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError) as e:
-                if attempt > self.retries:
-                    raise APIConnectionError(
-                        f"{method} {url} failed after {attempt} attempts: {_describe(e)}") from e
-                problem = _describe(e)
-            delay = min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
+                problem = self._describe(e, client_timeout)
+                if failures >= len(self.backoffs):
+                    raise APIConnectionError(f"{method} {url} failed after {failures + 1} attempts: {problem}") from e
+            delay = self.backoffs[failures]
+            failures += 1
             self.logger.warning("%s %s failed: %s; retrying in %.2fs (retry %d of %d).",
-                                method, url, problem, delay, attempt, self.retries)
+                                method, url, problem, delay, failures, len(self.backoffs))
             await asyncio.sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _throttle_delay(self, error: APITooManyRequestsError, attempt: int) -> float:
+        if error.retry_after is not None:
+            return min(error.retry_after, self.max_retry_after)
+        fallback = self.backoffs[min(attempt, len(self.backoffs)) - 1] if self.backoffs else 1.0
+        return min(fallback, self.max_retry_after)
+
+    @staticmethod
+    def _describe(error: BaseException, timeout: aiohttp.ClientTimeout | None = None) -> str:
+        if isinstance(error, asyncio.TimeoutError) and not isinstance(error, aiohttp.ClientConnectionError):
+            limit = f" within {timeout.total:g}s" if timeout is not None and timeout.total else ""
+            return f"no response{limit} (timed out)"
+        return _describe(error)
 
     @contextlib.asynccontextmanager
     async def stream(
@@ -395,33 +657,53 @@ class APIContext:
             headers: Mapping[str, str] | None = None,
             timeout: float | None = None,
             connect_timeout: float | None = None,
+            read_timeout: float | None = None,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """
         Open a streaming response (for watches), without retries: the caller reconnects.
 
         ``timeout`` limits the whole response (``None``: unlimited, as a watch
-        ends when the server says so); ``connect_timeout`` limits connecting.
-        Error statuses are raised as typed errors, unreachable servers as
+        ends when the server says so); ``connect_timeout`` limits connecting;
+        ``read_timeout`` limits silence: a read that gets no data for so long
+        raises ``aiohttp.SocketTimeoutError``;
+        the response headers must arrive within the context's request
+        timeout (a server that accepts a connection but never answers is not
+        waited for forever). Error statuses are raised as typed errors (after
+        one re-login on ``401``), unreachable servers as
         :class:`~kopf.clients.errors.APIConnectionError`; timeouts are raised
-        as ``asyncio.TimeoutError``, which a watcher treats as a normal end.
+        as ``asyncio.TimeoutError``.
         """
         url = self.url(url_or_path, params)
-        client_timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=connect_timeout)
+        client_timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=connect_timeout or self.connect_timeout,
+                                               sock_read=read_timeout)
+        relogged = False
+        while True:
+            await self._refresh_if_expiring()
+            version = self._version
+            try:
+                opening = self.session.request(method, url, headers={**self.auth_headers(), **(headers or {})},
+                                               timeout=client_timeout)
+                response = await asyncio.wait_for(opening, timeout=self.timeout)
+            except asyncio.TimeoutError:
+                raise
+            except aiohttp.ClientConnectionError as e:
+                raise APIConnectionError(f"{method} {url} failed: {_describe(e)}") from e
+            try:
+                await check_response(response)
+            except APIUnauthorizedError as e:
+                response.release()
+                if relogged or not await self.reauthenticate(version, reason=f"{method} {url} got {e.status}"):
+                    raise
+                relogged = True
+                continue
+            except BaseException:
+                response.release()
+                raise
+            break
         try:
-            response = await self.session.request(method, url, headers=headers, timeout=client_timeout)
-        except asyncio.TimeoutError:
-            raise
-        except aiohttp.ClientConnectionError as e:
-            raise APIConnectionError(f"{method} {url} failed: {_describe(e)}") from e
-        try:
-            await check_response(response)
             yield response
         finally:
             response.release()
-
-
-def _is_transient(error: APIError) -> bool:
-    return isinstance(error, APIServerError) or error.status == 429
 
 
 def _describe(error: BaseException) -> str:

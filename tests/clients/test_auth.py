@@ -248,6 +248,7 @@ def test_incluster_login(service_account):
         server='https://10.0.0.1:443',
         ca_path=str(service_account / 'ca.crt'),
         token='sa-token',
+        token_path=str(service_account / 'token'),
         default_namespace='operator-ns',
     )
 
