@@ -30,7 +30,7 @@ import ssl
 import tempfile
 import time
 import types
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sized
 from pathlib import Path
 from typing import Any, TypeAlias
 
@@ -72,6 +72,8 @@ DEFAULT_KUBECONFIG = kubeconfig.DEFAULT_KUBECONFIG
 
 Logger: TypeAlias = 'logging.Logger | logging.LoggerAdapter[Any]'
 Relogin: TypeAlias = Callable[[], Awaitable[ConnectionInfo]]
+
+TOKEN_FILE_CHECK_INTERVAL = 1.0  # seconds between checks whether a token file has changed
 
 
 # --- Credentials --------------------------------------------------------------------------------
@@ -228,7 +230,7 @@ def login_via_client(*, logger: Logger | None = None, **_: Any) -> ConnectionInf
         kubernetes.config.load_incluster_config(client_configuration=configuration)
     except kubernetes.config.ConfigException:
         try:
-            kubernetes.config.load_kube_config(client_configuration=configuration)
+            kubernetes.config.load_kube_config(config_file=_client_kubeconfig(), client_configuration=configuration)
         except kubernetes.config.ConfigException as e:
             log.debug("The kubernetes client has found no configuration: %s", type(e).__name__)
             return None
@@ -253,11 +255,17 @@ async def login_via_async_client(*, logger: Logger | None = None, **_: Any) -> C
         kubernetes_asyncio.config.load_incluster_config(client_configuration=configuration)
     except kubernetes_asyncio.config.ConfigException:
         try:
-            await kubernetes_asyncio.config.load_kube_config(client_configuration=configuration)
+            await kubernetes_asyncio.config.load_kube_config(config_file=_client_kubeconfig(),
+                                                             client_configuration=configuration)
         except kubernetes_asyncio.config.ConfigException as e:
             log.debug("kubernetes_asyncio has found no configuration: %s", type(e).__name__)
             return None
     return _info_from_client_configuration(configuration)
+
+
+def _client_kubeconfig() -> str:
+    """The kubeconfig as of now: the clients read ``$KUBECONFIG`` only once, when imported."""
+    return os.environ.get('KUBECONFIG') or DEFAULT_KUBECONFIG
 
 
 def _info_from_client_configuration(configuration: Any) -> ConnectionInfo:
@@ -358,12 +366,11 @@ class _TokenFile:
     path: str
     token: str | None
     signature: tuple[int, int, int] | None = None
-    checked: float = 0.0
-    interval: float = 1.0  # seconds between checks of the file
+    checked: float | None = None
 
     def current(self, *, force: bool = False) -> str | None:
         now = time.monotonic()
-        if not force and now - self.checked < self.interval:
+        if not force and self.checked is not None and now - self.checked < TOKEN_FILE_CHECK_INTERVAL:
             return self.token
         self.checked = now
         try:
@@ -420,7 +427,7 @@ class APIContext:
         self.server = info.server.rstrip('/')
         if backoffs is None:
             backoffs = [min(backoff * 2 ** i, max_backoff) for i in range(retries)]
-        self.backoffs: tuple[float, ...] = tuple(backoffs)
+        self.backoffs: Iterable[float] = backoffs  # re-iterated per request: may be endless, e.g. with jitter
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.keepalive = keepalive
@@ -437,8 +444,9 @@ class APIContext:
         self._schedule_refresh(info)
 
     @property
-    def retries(self) -> int:
-        return len(self.backoffs)
+    def retries(self) -> int | None:
+        """How many retries transient failures get (``None``: as many as the backoffs yield)."""
+        return len(self.backoffs) if isinstance(self.backoffs, Sized) else None
 
     async def __aenter__(self) -> APIContext:
         await self.open()
@@ -459,7 +467,11 @@ class APIContext:
         self._session = self._make_session(self.info)
 
     def _make_session(self, info: ConnectionInfo) -> aiohttp.ClientSession:
-        ssl_context = make_ssl_context(info)
+        try:
+            ssl_context = make_ssl_context(info)
+        except (ssl.SSLError, OSError) as e:
+            raise LoginError(f"Cannot use the TLS certificates or keys of the credentials for {info.server}: "
+                             f"{type(e).__name__}: {e.strerror or e}") from None
         if info.insecure:
             self.logger.warning("TLS verification of %s is disabled (insecure-skip-tls-verify).", self.server)
         factory = keepalive_socket_factory(self.keepalive) if self.keepalive else None
@@ -594,6 +606,7 @@ class APIContext:
         failures = 0
         throttled = 0
         relogged = False
+        backoffs = iter(self.backoffs)
         while True:
             await self._refresh_if_expiring()
             version = self._version
@@ -614,31 +627,34 @@ class APIContext:
                 throttled += 1
                 if throttled > self.throttle_retries:
                     raise
-                delay = self._throttle_delay(e, throttled)
+                pause = self._throttle_delay(e, throttled)
                 self.logger.warning("%s %s: the server is overloaded (429 Too Many Requests); "
                                     "retrying in %.2fs as asked (%d of %d).",
-                                    method, url, delay, throttled, self.throttle_retries)
-                await asyncio.sleep(delay)
+                                    method, url, pause, throttled, self.throttle_retries)
+                await asyncio.sleep(pause)
                 continue
             except APIError as e:
-                if not isinstance(e, APIServerError) or failures >= len(self.backoffs):
+                if not isinstance(e, APIServerError):
+                    raise
+                delay = next(backoffs, None)
+                if delay is None:
                     raise
                 problem = str(e)
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError) as e:
                 problem = self._describe(e, client_timeout)
-                if failures >= len(self.backoffs):
+                delay = next(backoffs, None)
+                if delay is None:
                     raise APIConnectionError(f"{method} {url} failed after {failures + 1} attempts: {problem}") from e
-            delay = self.backoffs[failures]
             failures += 1
-            self.logger.warning("%s %s failed: %s; retrying in %.2fs (retry %d of %d).",
-                                method, url, problem, delay, failures, len(self.backoffs))
+            total = self.retries
+            self.logger.warning("%s %s failed: %s; retrying in %.2fs (retry %d of %s).",
+                                method, url, problem, delay, failures, total if total is not None else 'many')
             await asyncio.sleep(delay)
 
     def _throttle_delay(self, error: APITooManyRequestsError, attempt: int) -> float:
         if error.retry_after is not None:
             return min(error.retry_after, self.max_retry_after)
-        fallback = self.backoffs[min(attempt, len(self.backoffs)) - 1] if self.backoffs else 1.0
-        return min(fallback, self.max_retry_after)
+        return min(2.0 ** min(attempt - 1, 6), self.max_retry_after)  # 1, 2, 4, ... 64 seconds
 
     @staticmethod
     def _describe(error: BaseException, timeout: aiohttp.ClientTimeout | None = None) -> str:

@@ -163,3 +163,18 @@ def parse_retry_after(value: str | None) -> float | None:
     except ValueError:
         return None
     return seconds if seconds >= 0 and seconds == seconds else None
+
+
+def describe_api_failure(error: APIError | APIConnectionError) -> str:
+    """One line for a request that has failed for good, saying what it means and what to check."""
+    if isinstance(error, APIConnectionError):
+        return (f"Cannot reach the Kubernetes API: {error}. "
+                f"Check the server address of the kubeconfig (or the login handlers) and the network.")
+    if isinstance(error, APIUnauthorizedError):
+        return (f"The Kubernetes API has refused the credentials, also after logging in again: {error}. "
+                f"Check the user of the kubeconfig's context (its token, certificate, or exec plugin), "
+                f"or the login handlers.")
+    if isinstance(error, APIForbiddenError):
+        return (f"The Kubernetes API has forbidden a request: {error}. "
+                f"Grant the operator's user or service account this permission (RBAC).")
+    return f"The Kubernetes API has failed: {error}"

@@ -110,6 +110,8 @@ def _yaml_error(path: Path, error: yaml.MarkedYAMLError) -> str:
     mark = error.problem_mark or error.context_mark
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
     problem = _without_quotes(error.problem or error.context or 'a syntax error')
+    if error.problem and error.context and error.context_mark is not None:
+        problem += f" ({_without_quotes(error.context)} at line {error.context_mark.line + 1})"
     return (f"The kubeconfig {path} is not valid YAML{where}: {problem}. "
             f"(Its content is not shown: it may contain secrets.)")
 

@@ -1,11 +1,18 @@
+import asyncio
 import base64
+import datetime
+import itertools
 import logging
 import os
+import socket
 import ssl
+import sys
+import time
 
 import pytest
 import yaml
 
+import kopf
 from kopf.clients import auth
 from kopf.clients.auth import (
     APIContext,
@@ -21,6 +28,8 @@ from kopf.clients.errors import (
     APIForbiddenError,
     APINotFoundError,
     APIServerError,
+    APITooManyRequestsError,
+    APIUnauthorizedError,
 )
 from kopf.structs.credentials import ConnectionInfo
 
@@ -139,12 +148,6 @@ def test_kubeconfig_oidc_provider_token(tmp_path):
         'auth-provider': {'name': 'oidc', 'config': {'id-token': 'oidc-token', 'idp-issuer-url': 'https://x'}},
     })
     assert login_via_kubeconfig(path).token == 'oidc-token'
-
-
-def test_kubeconfig_exec_plugins_are_refused_clearly(tmp_path):
-    path = simple_kubeconfig(tmp_path / 'kubeconfig', user={'exec': {'command': 'aws', 'apiVersion': 'x'}})
-    with pytest.raises(LoginError, match='exec plugin'):
-        login_via_kubeconfig(path)
 
 
 def two_contexts(path):
@@ -474,3 +477,330 @@ async def test_context_requires_being_open(info):
     with pytest.raises(RuntimeError, match='not open'):
         await context.request('GET', '/api')
     assert context.server == 'http://fake-k8s'
+
+
+# --- Timeouts and keepalive -------------------------------------------------------------------------
+
+async def test_a_request_without_an_answer_times_out_and_names_the_limit(aresponses, host):
+    async def never_answers(request):
+        await asyncio.sleep(5)
+        return aresponses.Response(text='{}')
+
+    aresponses.add(host, '/x', 'GET', never_answers)
+    info = ConnectionInfo(server=f'http://{host}')
+    started = time.monotonic()
+    async with APIContext(info, timeout=0.2, backoffs=()) as context:
+        with pytest.raises(APIConnectionError, match=r'GET http://fake-k8s/x failed after 1 attempts: '
+                                                     r'no response within 0.2s'):
+            await context.request('GET', '/x')
+    assert time.monotonic() - started < 2.0
+
+
+def test_connections_use_tcp_keepalive():
+    factory = auth.keepalive_socket_factory(30)
+    sock = factory((socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, '', ('127.0.0.1', 1)))
+    try:
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 30
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 10
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
+    finally:
+        sock.close()
+
+
+async def test_endless_backoffs_are_used_lazily(aresponses, host, history):
+    aresponses.add(host, '/x', 'GET', status_response(aresponses, 503, 'ServiceUnavailable', 'busy'), repeat=7)
+    aresponses.add(host, '/x', 'GET', {'ok': True})
+    async with APIContext(ConnectionInfo(server=f'http://{host}'), backoffs=itertools.repeat(0.0)) as context:
+        assert context.retries is None
+        assert await context.request('GET', '/x') == {'ok': True}
+    assert len(history()) == 8
+
+
+# --- 429 Too Many Requests -------------------------------------------------------------------------
+
+@pytest.fixture()
+def sleeps(monkeypatch):
+    delays = []
+
+    async def fake_sleep(delay):
+        delays.append(delay)
+
+    monkeypatch.setattr(auth.asyncio, 'sleep', fake_sleep)
+    return delays
+
+
+def throttled(aresponses, retry_after=None):
+    headers = {'Retry-After': str(retry_after)} if retry_after is not None else {}
+    return aresponses.Response(status=429, headers=headers, content_type='application/json', text=(
+        '{"kind": "Status", "code": 429, "reason": "TooManyRequests", "message": "slow down"}'))
+
+
+async def test_429_waits_as_long_as_the_server_asks(context, aresponses, host, history, sleeps, caplog):
+    aresponses.add(host, '/x', 'PATCH', throttled(aresponses, retry_after=7))
+    aresponses.add(host, '/x', 'PATCH', throttled(aresponses, retry_after=2))
+    aresponses.add(host, '/x', 'PATCH', {'ok': True})
+    with caplog.at_level(logging.WARNING, logger='kopf.clients.auth'):
+        assert await context.request('PATCH', '/x', json={'a': 1}) == {'ok': True}
+    assert sleeps == [7.0, 2.0]
+    assert [await r.json() for r in history()] == [{'a': 1}] * 3  # the same patch, re-sent
+    assert '429 Too Many Requests); retrying in 7.00s as asked (1 of 20)' in caplog.records[0].getMessage()
+
+
+async def test_429_retry_after_is_capped(aresponses, host, sleeps):
+    aresponses.add(host, '/x', 'GET', throttled(aresponses, retry_after=3600))
+    aresponses.add(host, '/x', 'GET', {'ok': True})
+    async with APIContext(ConnectionInfo(server=f'http://{host}'), max_retry_after=30) as context:
+        await context.request('GET', '/x')
+    assert sleeps == [30.0]
+
+
+async def test_429_without_retry_after_backs_off(context, aresponses, host, sleeps):
+    aresponses.add(host, '/x', 'GET', throttled(aresponses), repeat=3)
+    aresponses.add(host, '/x', 'GET', {'ok': True})
+    await context.request('GET', '/x')
+    assert sleeps == [1.0, 2.0, 4.0]
+
+
+async def test_429_does_not_use_up_the_retries_of_errors(context, aresponses, host, sleeps):
+    aresponses.add(host, '/x', 'GET', throttled(aresponses, retry_after=0), repeat=5)
+    aresponses.add(host, '/x', 'GET', status_response(aresponses, 500, 'InternalError', 'x'), repeat=2)
+    aresponses.add(host, '/x', 'GET', {'ok': True})
+    assert await context.request('GET', '/x') == {'ok': True}  # 2 retries of errors, 5 waits for throttling
+
+
+async def test_429_for_too_long_is_a_typed_transient_error(aresponses, host, history, sleeps):
+    aresponses.add(host, '/x', 'GET', throttled(aresponses, retry_after=1), repeat=10)
+    async with APIContext(ConnectionInfo(server=f'http://{host}'), throttle_retries=3) as context:
+        with pytest.raises(APITooManyRequestsError) as excinfo:
+            await context.request('GET', '/x')
+    assert isinstance(excinfo.value, APIServerError)  # callers re-send it later like a 5xx
+    assert excinfo.value.retry_after == 1.0
+    assert len(history()) == 4
+
+
+# --- Re-authentication -------------------------------------------------------------------------------
+
+def unauthorized(aresponses):
+    return aresponses.Response(status=401, content_type='application/json', text=(
+        '{"kind": "Status", "code": 401, "reason": "Unauthorized", "message": "Unauthorized"}'))
+
+
+class Relogin:
+    """A login that hands out new tokens, counting its calls."""
+
+    def __init__(self, host, *tokens, **extra):
+        self.host = host
+        self.tokens = list(tokens)
+        self.extra = extra
+        self.calls = 0
+
+    async def __call__(self):
+        self.calls += 1
+        await asyncio.sleep(0.01)
+        return ConnectionInfo(server=f'http://{self.host}', token=self.tokens.pop(0), **self.extra)
+
+
+async def test_401_logs_in_again_and_repeats_the_request_once(aresponses, host, history, caplog):
+    aresponses.add(host, '/x', 'GET', unauthorized(aresponses))
+    aresponses.add(host, '/x', 'GET', {'ok': True})
+    relogin = Relogin(host, 'new-token')
+    with caplog.at_level(logging.INFO, logger='kopf.clients.auth'):
+        async with APIContext(ConnectionInfo(server=f'http://{host}', token='old'), relogin=relogin) as context:
+            assert await context.request('GET', '/x') == {'ok': True}
+    assert relogin.calls == 1
+    assert [r.headers['Authorization'] for r in history()] == ['Bearer old', 'Bearer new-token']
+    assert any('Re-authenticating to the Kubernetes API: GET http://fake-k8s/x got 401' in r.getMessage()
+               for r in caplog.records)
+
+
+async def test_401_again_after_logging_in_is_raised(aresponses, host, history):
+    aresponses.add(host, '/x', 'GET', unauthorized(aresponses), repeat=5)
+    relogin = Relogin(host, 'also-wrong')
+    async with APIContext(ConnectionInfo(server=f'http://{host}', token='wrong'), relogin=relogin) as context:
+        with pytest.raises(APIUnauthorizedError):
+            await context.request('GET', '/x')
+    assert relogin.calls == 1
+    assert len(history()) == 2
+
+
+async def test_401_without_a_way_to_log_in_is_raised_at_once(context, aresponses, host, history):
+    aresponses.add(host, '/x', 'GET', unauthorized(aresponses), repeat=5)
+    with pytest.raises(APIUnauthorizedError):
+        await context.request('GET', '/x')
+    assert len(history()) == 1
+
+
+async def test_concurrent_401s_log_in_once(aresponses, host, history):
+    aresponses.add(host, '/x', 'GET', unauthorized(aresponses), repeat=3)
+    aresponses.add(host, '/x', 'GET', {'ok': True}, repeat=3)
+    relogin = Relogin(host, 'new-token', 'newer-token')
+    async with APIContext(ConnectionInfo(server=f'http://{host}', token='old'), relogin=relogin) as context:
+        results = await asyncio.gather(*[context.request('GET', '/x') for _ in range(3)])
+    assert results == [{'ok': True}] * 3
+    assert relogin.calls == 1
+
+
+async def test_a_failing_login_keeps_the_401(aresponses, host, caplog):
+    aresponses.add(host, '/x', 'GET', unauthorized(aresponses))
+
+    async def broken_login():
+        raise LoginError("the identity provider is down")
+
+    async with APIContext(ConnectionInfo(server=f'http://{host}', token='old'), relogin=broken_login) as context:
+        with pytest.raises(APIUnauthorizedError):
+            await context.request('GET', '/x')
+    assert any('Re-authentication has failed: the identity provider is down' in r.getMessage()
+               for r in caplog.records)
+
+
+async def test_401_on_a_watch_logs_in_again_too(aresponses, host, history, stream_response):
+    aresponses.add(host, '/w', 'GET', unauthorized(aresponses))
+    aresponses.add(host, '/w', 'GET', stream_response(b'line\n'))
+    relogin = Relogin(host, 'new-token')
+    async with APIContext(ConnectionInfo(server=f'http://{host}', token='old'), relogin=relogin) as context:
+        async with context.stream('GET', '/w') as response:
+            assert await response.content.read() == b'line\n'
+    assert [r.headers['Authorization'] for r in history()] == ['Bearer old', 'Bearer new-token']
+
+
+async def test_expiring_credentials_are_renewed_before_a_request(aresponses, host, history):
+    aresponses.add(host, '/x', 'GET', {'ok': True}, repeat=2)
+    soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=1)
+    later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+    relogin = Relogin(host, 'fresh-token', expiration=later)
+    info = ConnectionInfo(server=f'http://{host}', token='expiring', expiration=soon)
+    async with APIContext(info, relogin=relogin) as context:
+        await context.request('GET', '/x')  # still valid for 1s, renewed at 4/5 of it: 0.8s
+        await asyncio.sleep(1.0)
+        await context.request('GET', '/x')
+    assert relogin.calls == 1
+    assert [r.headers['Authorization'] for r in history()] == ['Bearer expiring', 'Bearer fresh-token']
+
+
+async def test_naive_expiration_times_are_utc(aresponses, host, history):
+    aresponses.add(host, '/x', 'GET', {'ok': True})
+    past = datetime.datetime.utcnow() - datetime.timedelta(minutes=1)
+    relogin = Relogin(host, 'fresh-token')
+    async with APIContext(ConnectionInfo(server=f'http://{host}', token='old', expiration=past),
+                          relogin=relogin) as context:
+        await context.request('GET', '/x')
+    assert relogin.calls == 1
+    assert history()[0].headers['Authorization'] == 'Bearer fresh-token'
+
+
+async def test_a_rotated_token_file_is_followed(aresponses, host, history, tmp_path, monkeypatch):
+    monkeypatch.setattr(auth, 'TOKEN_FILE_CHECK_INTERVAL', 0)
+    aresponses.add(host, '/x', 'GET', {'ok': True}, repeat=2)
+    token_file = tmp_path / 'token'
+    token_file.write_text('first\n')
+    info = ConnectionInfo(server=f'http://{host}', token='first', token_path=str(token_file))
+    async with APIContext(info) as context:
+        await context.request('GET', '/x')
+        replacement = tmp_path / 'token.new'
+        replacement.write_text('second\n')
+        replacement.replace(token_file)  # as the kubelet does it: atomically
+        await context.request('GET', '/x')
+    assert [r.headers['Authorization'] for r in history()] == ['Bearer first', 'Bearer second']
+
+
+async def test_401_re_reads_the_token_file_at_once(aresponses, host, history, tmp_path):
+    token_file = tmp_path / 'token'
+    token_file.write_text('first\n')
+
+    async def rotate_and_refuse(request):
+        token_file.write_text('second\n')  # rotated while the old token was on its way
+        return unauthorized(aresponses)
+
+    aresponses.add(host, '/x', 'GET', rotate_and_refuse)
+    aresponses.add(host, '/x', 'GET', {'ok': True})
+    info = ConnectionInfo(server=f'http://{host}', token='first', token_path=str(token_file))
+    async with APIContext(info) as context:
+        assert await context.request('GET', '/x') == {'ok': True}
+    assert [r.headers['Authorization'] for r in history()] == ['Bearer first', 'Bearer second']
+
+
+async def test_other_token_schemes(aresponses, host, history):
+    aresponses.add(host, '/x', 'GET', {})
+    async with APIContext(ConnectionInfo(server=f'http://{host}', scheme='Digest', token='abc')) as context:
+        await context.request('GET', '/x')
+    assert history()[0].headers['Authorization'] == 'Digest abc'
+
+
+async def test_unusable_certificates_are_a_login_error(tmp_path):
+    info = ConnectionInfo(server='https://k8s', ca_path=str(tmp_path / 'missing-ca.crt'))
+    with pytest.raises(LoginError, match='TLS certificates'):
+        async with APIContext(info):
+            pass
+
+
+# --- Kopf-compatible login helpers ------------------------------------------------------------------
+
+def test_login_with_service_account_outside_of_a_pod_gives_nothing():
+    assert kopf.login_with_service_account() is None
+
+
+def test_login_with_service_account_in_a_pod(service_account):
+    info = kopf.login_with_service_account(logger=logging.getLogger(), memo=None)
+    assert info.token == 'sa-token'
+    assert info.token_path == str(service_account / 'token')
+
+
+def test_login_with_kubeconfig_without_one_gives_nothing():
+    assert kopf.login_with_kubeconfig() is None
+
+
+def test_login_with_kubeconfig(tmp_path):
+    simple_kubeconfig(tmp_path / 'home' / '.kube' / 'config', user={'token': 'home-token'})
+    assert kopf.login_with_kubeconfig(logger=logging.getLogger()).token == 'home-token'
+
+
+def test_login_via_pykube_from_a_kubeconfig(tmp_path, monkeypatch):
+    path = simple_kubeconfig(tmp_path / 'kubeconfig', user={'token': 'pykube-token'}, namespace='ns1',
+                             cluster_extra={'insecure-skip-tls-verify': True})
+    monkeypatch.setenv('KUBECONFIG', str(path))
+    info = kopf.login_via_pykube(logger=logging.getLogger())
+    assert info == ConnectionInfo(server='https://k8s:6443', token='pykube-token', insecure=True,
+                                  default_namespace='ns1')
+
+
+def test_login_via_pykube_without_configuration_gives_nothing():
+    assert kopf.login_via_pykube() is None
+
+
+def test_login_via_client_from_a_kubeconfig(tmp_path, monkeypatch, tls):
+    (tmp_path / 'ca.crt').write_bytes(tls.ca_cert)
+    path = simple_kubeconfig(tmp_path / 'kubeconfig', user={'token': 'client-token'},
+                             cluster_extra={'certificate-authority': str(tmp_path / 'ca.crt')})
+    monkeypatch.setenv('KUBECONFIG', str(path))
+    info = kopf.login_via_client(logger=logging.getLogger())
+    assert info.server == 'https://k8s:6443'
+    assert info.token == 'client-token'
+    assert info.scheme == 'Bearer'
+    assert info.ca_path == str(tmp_path / 'ca.crt')
+    assert info.insecure is False
+
+
+def test_login_via_client_without_configuration_gives_nothing():
+    assert kopf.login_via_client() is None
+
+
+async def test_login_via_async_client_from_a_kubeconfig(tmp_path, monkeypatch):
+    path = simple_kubeconfig(tmp_path / 'kubeconfig', user={'token': 'async-token'})
+    monkeypatch.setenv('KUBECONFIG', str(path))
+    info = await kopf.login_via_async_client(logger=logging.getLogger())
+    assert info.server == 'https://k8s:6443'
+    assert info.token == 'async-token'
+
+
+@pytest.mark.parametrize('module, login, package', [
+    ('kubernetes', kopf.login_via_client, 'pip install kubernetes'),
+    ('kubernetes_asyncio', kopf.login_via_async_client, 'pip install kubernetes_asyncio'),
+    ('pykube', kopf.login_via_pykube, 'pip install pykube-ng'),
+])
+async def test_login_via_a_missing_client_says_what_to_install(monkeypatch, module, login, package):
+    monkeypatch.setitem(sys.modules, module, None)  # makes the import fail
+    with pytest.raises(LoginError, match=package):
+        result = login()
+        if asyncio.iscoroutine(result):
+            await result
