@@ -100,8 +100,7 @@ def login_default() -> ConnectionInfo:
         return login_via_kubeconfig()
     except LoginError as e:
         failures.append(f"kubeconfig: {e}")
-    tried = ''.join(f"\n  - {failure}" for failure in failures)
-    raise LoginError(f"Cannot log in to any Kubernetes cluster. Tried:{tried}")
+    raise LoginError(f"Cannot log in to any Kubernetes cluster. Tried: {'; '.join(failures)}")
 
 
 def _looks_like_incluster() -> bool:
