@@ -107,7 +107,7 @@ class WatchingConfig:
     server_timeout: float | None = None
     client_timeout: float | None = None
     connect_timeout: float | None = None
-    inactivity_timeout: float | None = 150.0
+    inactivity_timeout: float | None = 180.0
     reconnect_backoff: float = 0.1
     max_reconnect_backoff: float = 30.0
     list_limit: int | None = 500
