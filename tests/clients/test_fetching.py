@@ -3,7 +3,7 @@ import logging
 
 import pytest
 
-from kopf.clients import auth, fetching
+from kopf.clients import fetching, session
 from kopf.clients.errors import APIForbiddenError, APIGoneError
 from kopf.clients.fetching import list_objs, read_obj
 from kopf.structs.resources import Resource
@@ -142,7 +142,7 @@ async def test_a_throttled_page_is_waited_for(context, aresponses, host, history
     async def fake_sleep(delay):
         delays.append(delay)
 
-    monkeypatch.setattr(auth.asyncio, 'sleep', fake_sleep)
+    monkeypatch.setattr(session.asyncio, 'sleep', fake_sleep)
     path = '/apis/kopf.dev/v1/kopfexamples'
     aresponses.add(host, path, 'GET', page('a', token='t1'))
     aresponses.add(host, path, 'GET', aresponses.Response(
