@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from typing import Any, TypeAlias
 
-from kopf.clients.auth import APIContext
 from kopf.clients.errors import APIGoneError, APINotFoundError
+from kopf.clients.session import APIContext
 from kopf.structs.resources import ParamValue, Resource
 
 Logger: TypeAlias = 'logging.Logger | logging.LoggerAdapter[Any]'

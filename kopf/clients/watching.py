@@ -30,7 +30,6 @@ from typing import Any, Literal, Protocol, TypeAlias, TypedDict, TypeVar
 
 import aiohttp
 
-from kopf.clients.auth import APIContext
 from kopf.clients.errors import (
     APIConnectionError,
     APIGoneError,
@@ -39,6 +38,7 @@ from kopf.clients.errors import (
     error_from_status,
 )
 from kopf.clients.fetching import list_objs
+from kopf.clients.session import APIContext
 from kopf.structs.resources import ParamValue, Resource
 
 Logger: TypeAlias = 'logging.Logger | logging.LoggerAdapter[Any]'
