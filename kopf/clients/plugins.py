@@ -102,7 +102,12 @@ def _exec_info(api_version: str, config: Mapping[str, Any], info: ConnectionInfo
         if info.ca_data is not None:
             details['certificate-authority-data'] = base64.b64encode(info.ca_data).decode('ascii')
         elif info.ca_path is not None:
-            details['certificate-authority-data'] = base64.b64encode(Path(info.ca_path).read_bytes()).decode()
+            try:
+                ca_data = Path(info.ca_path).read_bytes()
+            except OSError as e:
+                raise LoginError(f"Cannot read the CA file {info.ca_path} for the exec plugin: "
+                                 f"{e.strerror or type(e).__name__}.") from None
+            details['certificate-authority-data'] = base64.b64encode(ca_data).decode('ascii')
         if info.insecure:
             details['insecure-skip-tls-verify'] = True
         for key in ('tls-server-name', 'proxy-url', 'disable-compression'):

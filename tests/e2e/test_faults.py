@@ -122,7 +122,7 @@ def test_nothing_is_lost_and_nothing_rerun_under_faults_and_kills(kube, control_
         patch={Fault('status', 500): 0.04, Fault('status', 409): 0.04, Fault('status', 429, retry_after=1): 0.04,
                Fault('reset'): 0.02, Fault('reset-after'): 0.03},
         listing={Fault('status', 500): 0.05, Fault('status', 429, retry_after=1): 0.05, Fault('reset'): 0.02},
-        watch={Fault('cut'): 0.4, Fault('status', 500): 0.05, Fault('status', 429, retry_after=1): 0.05},
+        watch={Fault('cut'): 0.6, Fault('status', 500): 0.05, Fault('status', 429, retry_after=1): 0.05},
         cut_after=(0.5, 4.0),
     )
     proxy = FaultProxy(control_plane, tmp_path / 'proxy', policy=policy).start()
