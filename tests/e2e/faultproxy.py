@@ -195,6 +195,11 @@ class FaultProxy:
                 self._count('blackhole')
         self._loop.call_soon_threadsafe(start)
 
+    @property
+    def open_streams(self) -> int:
+        """How many responses are being forwarded right now (watch streams, mostly)."""
+        return len(self._streams)
+
     def _count(self, kind: str) -> None:
         with self._lock:
             self.injected[kind] += 1

@@ -27,7 +27,7 @@ import pytest
 
 from tests.e2e.faultproxy import Fault, FaultProxy, RandomFaults
 from tests.e2e.harness import OPERATORS, OperatorProcess, read_calls
-from tests.e2e.kubeapi import KubeAPI
+from tests.e2e.kubeapi import KubeAPI, wait_for
 
 PREFIX = 'kopf.zalando.org'
 HANDLERS = ['alpha', 'beta', 'gamma']
@@ -122,8 +122,8 @@ def test_nothing_is_lost_and_nothing_rerun_under_faults_and_kills(kube, control_
         patch={Fault('status', 500): 0.04, Fault('status', 409): 0.04, Fault('status', 429, retry_after=1): 0.04,
                Fault('reset'): 0.02, Fault('reset-after'): 0.03},
         listing={Fault('status', 500): 0.05, Fault('status', 429, retry_after=1): 0.05, Fault('reset'): 0.02},
-        watch={Fault('cut'): 0.6, Fault('status', 500): 0.05, Fault('status', 429, retry_after=1): 0.05},
-        cut_after=(0.5, 4.0),
+        watch={Fault('status', 500): 0.05, Fault('status', 429, retry_after=1): 0.05, Fault('cut'): 0.9},
+        cut_after=(0.3, 1.5),
     )
     proxy = FaultProxy(control_plane, tmp_path / 'proxy', policy=policy).start()
     calls = tmp_path / 'calls.jsonl'
@@ -149,6 +149,7 @@ def test_nothing_is_lost_and_nothing_rerun_under_faults_and_kills(kube, control_
                 for index in range(OBJECTS_DURING):
                     kube.create(collection, configmap(f'during-{index:03d}'))
             if kill == 3:
+                wait_for(lambda: proxy.open_streams > 0, timeout=15, what="an open watch stream to black-hole")
                 proxy.blackhole(1.0)
                 time.sleep(0.5)
             operator.kill()
@@ -165,6 +166,7 @@ def test_nothing_is_lost_and_nothing_rerun_under_faults_and_kills(kube, control_
         operator.wait(all_finished, what="every object finished on the server", timeout=120)
         handled_within = time.monotonic() - began
         policy.enabled = False
+        operator.wait_for_output("Serving configmaps")  # not stopped while still starting up
         assert operator.stop() == 0
     finally:
         for process in started:
@@ -180,9 +182,12 @@ def test_nothing_is_lost_and_nothing_rerun_under_faults_and_kills(kube, control_
     missing = [(uid, handler) for uid in uids for handler in HANDLERS if per_handler[uid, handler] == 0]
     extra = len(records) - len(uids) * len(HANDLERS)
     faults = proxy.figures()
+    requests = dict(proxy.requests)
     summary = (f"Fault suite: {len(uids)} objects x {len(HANDLERS)} handlers, {KILLS} kills, "
                f"injected faults: {', '.join(f'{k}: {v}' for k, v in sorted(faults.items()))} "
-               f"(total {sum(faults.values())}); handler calls: {len(records)}, extra calls: {extra}, "
+               f"(total {sum(faults.values())}) in {sum(requests.values())} requests "
+               f"({', '.join(f'{k}: {v}' for k, v in sorted(requests.items()))}); "
+               f"handler calls: {len(records)}, extra calls: {extra}, "
                f"re-runs after visible success: {len(reruns)}; all finished in {handled_within:.1f}s.")
     print(summary)
     Path(tmp_path / 'summary.txt').write_text(summary)
