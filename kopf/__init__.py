@@ -4,7 +4,17 @@ kopf: a framework for writing Kubernetes operators in Python.
 This module only re-exports the public API; everything lives in sub-packages.
 """
 from kopf import on
-from kopf.clients.auth import LoginError, login_default, login_via_incluster, login_via_kubeconfig
+from kopf.clients.auth import (
+    LoginError,
+    login_default,
+    login_via_async_client,
+    login_via_client,
+    login_via_incluster,
+    login_via_kubeconfig,
+    login_via_pykube,
+    login_with_kubeconfig,
+    login_with_service_account,
+)
 from kopf.config import OperatorConfig, OperatorSettings
 from kopf.engines.posting import event, exception, info, warn
 from kopf.engines.webhooks import (
@@ -128,8 +138,13 @@ __all__ = [
     'label',
     'lifecycles',
     'login_default',
+    'login_via_async_client',
+    'login_via_client',
     'login_via_incluster',
     'login_via_kubeconfig',
+    'login_via_pykube',
+    'login_with_kubeconfig',
+    'login_with_service_account',
     'on',
     'operator',
     'register',

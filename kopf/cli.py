@@ -22,6 +22,7 @@ from pathlib import Path
 import click
 
 from kopf.clients.auth import LoginError
+from kopf.clients.errors import APIConnectionError, APIError, describe_api_failure
 from kopf.engines import loggers
 from kopf.errors import ActivityError
 from kopf.reactor import running
@@ -114,3 +115,5 @@ def run(
         )
     except (running.OperatorError, LoginError, ActivityError) as e:
         raise click.ClickException(str(e)) from e
+    except (APIError, APIConnectionError) as e:
+        raise click.ClickException(describe_api_failure(e)) from e

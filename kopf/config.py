@@ -9,6 +9,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from kopf.storage.diffbase import AnnotationsDiffBaseStorage, DiffBaseStorage
@@ -105,12 +106,51 @@ class PostingConfig:
 
 @dataclasses.dataclass
 class WatchingConfig:
-    """Timeouts of watch requests (seconds; ``None`` means the server's default) and reconnects."""
+    """
+    Watch requests: timeouts (seconds), reconnects, and the listing before watching.
+
+    ``server_timeout`` is asked of the server (it closes the stream then;
+    ``None``: the server's default); ``client_timeout`` limits one watch
+    request on our side (``None``: no limit); ``connect_timeout`` limits
+    connecting (``None``: the networking one). ``inactivity_timeout``: a
+    stream that carries nothing for this long — not even the server's
+    periodic bookmarks — is taken for a dead connection, reported, and
+    re-opened from the last seen resourceVersion (``None``: never).
+    ``reconnect_backoff`` is the first pause after a failed watch, doubling
+    up to ``max_reconnect_backoff``; an established stream resets it.
+    ``list_limit`` is the page size of the listings (``None``: one page).
+    """
 
     server_timeout: float | None = None
     client_timeout: float | None = None
     connect_timeout: float | None = None
+    inactivity_timeout: float | None = 180.0
     reconnect_backoff: float = 0.1
+    max_reconnect_backoff: float = 30.0
+    list_limit: int | None = 500
+
+
+@dataclasses.dataclass
+class NetworkingConfig:
+    """
+    All requests to the API server: timeouts (seconds), keepalive, and retries.
+
+    ``request_timeout`` limits one attempt of one request; ``connect_timeout``
+    limits connecting to the server. ``tcp_keepalive`` is how long a
+    connection may be idle before the kernel probes that the server is still
+    there (``None``: off). ``error_backoffs`` are the pauses before the
+    retries of a request after a connection error, a timeout, or a 5xx
+    (``None`` or empty: no retries). ``429 Too Many Requests`` is waited out
+    as the server asks in ``Retry-After`` (at most ``max_retry_after``
+    seconds), up to ``throttle_retries`` times per request.
+    """
+
+    request_timeout: float | None = 60.0
+    connect_timeout: float | None = 10.0
+    tcp_keepalive: float | None = 30.0
+    error_backoffs: Iterable[float] | None = (0.5, 1.0, 2.0, 4.0)
+    max_retry_after: float = 60.0
+    throttle_retries: int = 20
 
 
 @dataclasses.dataclass
@@ -166,6 +206,7 @@ class OperatorConfig:
         self.persistence = PersistenceConfig()
         self.posting = PostingConfig()
         self.watching = WatchingConfig()
+        self.networking = NetworkingConfig()
         self.batching = BatchingConfig()
         self.execution = ExecutionConfig()
         self.admission = AdmissionConfig()

@@ -32,8 +32,8 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kopf.clients.auth import APIContext
 from kopf.clients.errors import APIConnectionError, APIError, APINotFoundError
+from kopf.clients.session import APIContext
 from kopf.structs.resources import Resource, Selector
 
 logger = logging.getLogger(__name__)

@@ -113,7 +113,8 @@ async def _serve(
                 async with contextlib.AsyncExitStack() as stack:
                     await stack.enter_async_context(_storages(config))
                     info = await _login(registry=registry, config=config, memo=memo)
-                    context = await stack.enter_async_context(APIContext(info))
+                    relogin = functools.partial(_login, registry=registry, config=config, memo=memo)
+                    context = await stack.enter_async_context(_api_context(info, config=config, relogin=relogin))
                     resources = await _resolve(context, registry.selectors)
                     admitted = await _resolve(context, registry.admission_selectors)
                     await stack.enter_async_context(serving.admission_webhooks(
@@ -154,6 +155,15 @@ async def _login(*, registry: OperatorRegistry, config: OperatorConfig, memo: An
     if results:
         raise OperatorError("The login handlers returned no kopf.ConnectionInfo.")
     return await asyncio.get_running_loop().run_in_executor(None, auth.login_default)
+
+
+def _api_context(info: ConnectionInfo, *, config: OperatorConfig, relogin: auth.Relogin) -> APIContext:
+    """The API session as configured in ``config.networking``; it logs in again with the same login."""
+    networking = config.networking
+    return APIContext(info, timeout=networking.request_timeout, connect_timeout=networking.connect_timeout,
+                      keepalive=networking.tcp_keepalive, backoffs=networking.error_backoffs or (),
+                      max_retry_after=networking.max_retry_after, throttle_retries=networking.throttle_retries,
+                      relogin=relogin)
 
 
 async def _resolve(context: APIContext, selectors: Collection[Selector]) -> dict[Selector, Resource]:
