@@ -37,6 +37,7 @@ class Activity(str, enum.Enum):
     STARTUP = 'startup'
     CLEANUP = 'cleanup'
     LOGIN = 'login'
+    PROBE = 'probe'
 
     def __str__(self) -> str:
         return self.value
@@ -114,7 +115,7 @@ def matches(handler: ResourceHandler, *, body: Body, kwargs: Mapping[str, Any]) 
 
 def _selects(selector: Selector, resource: ResourceKey) -> bool:
     if isinstance(resource, Selector):
-        return selector == resource
+        return selector == resource or selector.everything
     return selector.match_rank(resource) is not None
 
 
