@@ -10,21 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import logging
 import signal
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from typing import Any
 
 from kopf.clients import auth, discovery, events, watching
 from kopf.clients.auth import APIContext
 from kopf.config import OperatorConfig
 from kopf.engines import posting, probing
-from kopf.errors import ActivityError, ErrorsMode
-from kopf.reactor import handling, processing, queueing
-from kopf.reactor.registries import Activity, ActivityHandler, OperatorRegistry, get_default_registry
+from kopf.reactor import handling, probes, processing, queueing
+from kopf.reactor.registries import Activity, OperatorRegistry, get_default_registry
 from kopf.structs.credentials import ConnectionInfo
 from kopf.structs.ephemera import Memo
 from kopf.structs.resources import Resource, Selector
@@ -151,9 +149,13 @@ async def _serve(
     health = probing.Health()
     # An embedding application that passes its own stop flag keeps its own signal handling.
     with _stop_on_signals(stop) if stop_flag is None else contextlib.nullcontext():
+        # A port in use fails here, before anything else has started.
+        try:
+            liveness = await probes.serve_liveness(liveness_endpoint, health=health, registry=registry,
+                                                   config=config, memo=memo)
+        except probing.LivenessError as e:
+            raise OperatorError(str(e)) from e
         stopper = asyncio.create_task(_relay_stop_flag(stop_flag, stop)) if stop_flag is not None else None
-        liveness = await _serve_liveness(liveness_endpoint, health=health, registry=registry, config=config,
-                                         memo=memo)
         try:
             await handling.run_activity(registry=registry, activity=Activity.STARTUP, config=config,
                                         memo=memo, logger=logger)
@@ -173,58 +175,6 @@ async def _serve(
             await handling.run_activity(registry=registry, activity=Activity.CLEANUP, config=config,
                                         memo=memo, logger=logger)
     logger.info("The operator has stopped.")
-
-
-async def _serve_liveness(
-        url: str | None,
-        *,
-        health: probing.Health,
-        registry: OperatorRegistry,
-        config: OperatorConfig,
-        memo: Any,
-) -> probing.LivenessServer | None:
-    """Start the liveness endpoint if one is asked for; a port in use stops the operator here."""
-    if url is None:
-        return None
-
-    async def run_probes() -> Mapping[str, Any]:
-        return await _run_probes(registry=registry, config=config, memo=memo)
-
-    cache = probing.ProbeCache(run_probes, period=lambda: config.probing.cache_period)
-    try:
-        server = probing.LivenessServer(url, health=health, probes=cache)
-        await server.start()
-    except probing.LivenessError as e:
-        raise OperatorError(str(e)) from e
-    return server
-
-
-async def _run_probes(*, registry: OperatorRegistry, config: OperatorConfig, memo: Any) -> Mapping[str, Any]:
-    """Call every probe handler once (no retries: a liveness check is repeated by its caller anyway)."""
-    once = OperatorRegistry()
-    for handler in registry.get_activity_handlers(Activity.PROBE):
-        once.register_activity_handler(_once(handler))
-    try:
-        results = await handling.run_activity(registry=once, activity=Activity.PROBE, config=config, memo=memo,
-                                              logger=_quiet_logger)
-    except ActivityError as e:
-        failures = '; '.join(f"{id}: {type(error).__name__}: {error}" for id, error in e.errors.items())
-        raise probing.ProbeError(failures) from e
-    return {str(id): result for id, result in results.items()}
-
-
-def _once(handler: ActivityHandler) -> ActivityHandler:
-    return dataclasses.replace(handler, retries=1, errors=handler.errors or ErrorsMode.PERMANENT)
-
-
-class _QuietLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """Probes run every few seconds: their routine messages go to DEBUG, their failures stay visible."""
-
-    def log(self, level: int, msg: Any, *args: Any, **kwargs: Any) -> None:
-        super().log(logging.DEBUG if level == logging.INFO else level, msg, *args, **kwargs)
-
-
-_quiet_logger = _QuietLogger(logging.getLogger('kopf.activities.probe'), {})
 
 
 async def _login(*, registry: OperatorRegistry, config: OperatorConfig, memo: Any) -> ConnectionInfo:

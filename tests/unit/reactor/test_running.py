@@ -6,7 +6,6 @@ import pytest
 
 import kopf
 from kopf.config import OperatorConfig
-from kopf.engines import probing
 from kopf.reactor import running
 from kopf.reactor.registries import OperatorRegistry
 from kopf.structs.resources import Resource, Selector
@@ -138,52 +137,6 @@ async def test_settings_and_a_different_config_are_refused():
 
 
 # --- probes ------------------------------------------------------------------------------------
-
-async def test_probes_report_their_results_by_id():
-    registry = OperatorRegistry()
-
-    @kopf.on.probe(id='answer', registry=registry)
-    def answer(**_):
-        return 42
-
-    @kopf.on.probe(id='checked', registry=registry)
-    async def checked(memo, settings, **_):
-        return memo.value
-
-    results = await running._run_probes(registry=registry, config=OperatorConfig(), memo=kopf.Memo(value='m'))
-    assert results == {'answer': 42, 'checked': 'm'}
-
-
-async def test_failing_probes_are_called_once_and_named_in_the_error():
-    registry = OperatorRegistry()
-    calls = []
-
-    @kopf.on.probe(id='flaky', registry=registry)
-    def flaky(**_):
-        calls.append(1)
-        raise kopf.TemporaryError("not yet", delay=60)
-
-    @kopf.on.probe(id='broken', registry=registry)
-    def broken(**_):
-        raise ValueError("boom")
-
-    with pytest.raises(probing.ProbeError) as e:
-        await asyncio.wait_for(running._run_probes(registry=registry, config=OperatorConfig(), memo=None), 5)
-    assert calls == [1]
-    assert 'flaky: HandlerRetriesError' in str(e.value)
-    assert 'broken: ValueError: boom' in str(e.value)
-
-
-async def test_probes_with_ignored_errors_do_not_fail_the_run():
-    registry = OperatorRegistry()
-
-    @kopf.on.probe(id='optional', errors=kopf.ErrorsMode.IGNORED, registry=registry)
-    def optional(**_):
-        raise ValueError("ignored")
-
-    results = await running._run_probes(registry=registry, config=OperatorConfig(), memo=None)
-    assert results == {'optional': None}
-
 
 async def test_a_liveness_port_in_use_stops_the_operator_before_anything_runs():
     registry = OperatorRegistry()
