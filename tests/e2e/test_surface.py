@@ -41,10 +41,10 @@ def probe_fail(tmp_path: Path) -> Path:
 def start(kubeconfig: Path, namespace: str, tmp_path: Path, probe_fail: Path):
     started: list[OperatorProcess] = []
 
-    def start(*extra: str) -> OperatorProcess:
+    def start(*extra: str, **env: str) -> OperatorProcess:
         argv = kopf_run(OPERATORS / 'surface.py', namespace=namespace) + list(extra)
         process = OperatorProcess(argv, kubeconfig=kubeconfig, log=tmp_path / f'operator-{len(started)}.log',
-                                  env={'E2E_PROBE_FAIL': str(probe_fail)})
+                                  env={'E2E_PROBE_FAIL': str(probe_fail), **env})
         started.append(process)
         return process
 
@@ -106,4 +106,21 @@ def test_only_explicit_events_are_posted_by_default(start, kube: KubeAPI, namesp
         {'type': 'Warning', 'reason': 'ExplicitWarn', 'message': 'explicit warn'},
         {'type': 'Warning', 'reason': 'Logging', 'message': 'Logged through a posting object logger.'},
     ]
+    assert operator.stop() == 0
+
+
+def test_everything_serves_all_resources_of_the_cluster(start, kube: KubeAPI, namespace: str, tmp_path: Path):
+    seen = tmp_path / 'seen.txt'
+    operator = start(E2E_EVERYTHING=str(seen))
+    operator.wait_for_output('Serving everything')
+    labels = {'e2e-everything': 'yes'}
+    kube.create(f'/api/v1/namespaces/{namespace}/secrets',
+                {'apiVersion': 'v1', 'kind': 'Secret', 'metadata': {'name': 's1', 'labels': labels}})
+    kube.create(f'/api/v1/namespaces/{namespace}/serviceaccounts',
+                {'apiVersion': 'v1', 'kind': 'ServiceAccount', 'metadata': {'name': 'sa1', 'labels': labels}})
+    kube.create(f'/api/v1/namespaces/{namespace}/configmaps',
+                {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': 'unlabelled'}})
+    operator.wait(lambda: seen.exists() and {'Secret/s1', 'ServiceAccount/sa1'} <= set(seen.read_text().split()),
+                  what="the labelled objects of two resources that no handler names")
+    assert 'ConfigMap/unlabelled' not in seen.read_text()
     assert operator.stop() == 0

@@ -5,6 +5,8 @@ An operator written as for Kopf 1.x: annotated with Kopf's type names, with prob
 * ConfigMaps labelled ``e2e``: the handler logs at INFO and WARNING, posts the three explicit
   events (``kopf.info``, ``kopf.warn``, ``kopf.event``), and logs through an object logger of
   its own settings that post log messages, and through a local one that never posts.
+* With ``$E2E_EVERYTHING`` (a file): every object of any resource labelled ``e2e-everything``
+  is written to that file by an event handler of ``kopf.EVERYTHING``.
 """
 import os
 import pathlib
@@ -44,3 +46,12 @@ def created(body: kopf.Body, meta: kopf.Meta, labels: kopf.Labels, logger: kopf.
     kopf.LocalObjectLogger(body=body, settings=posting).warning("Logged locally only.")
     kopf.event(body, type='Custom', reason='ExplicitEvent', message='explicit event')
     return 'done'
+
+
+if os.environ.get('E2E_EVERYTHING'):
+    SEEN = pathlib.Path(os.environ['E2E_EVERYTHING'])
+
+    @kopf.on.event(kopf.EVERYTHING, labels={'e2e-everything': kopf.PRESENT})
+    def anything(body: kopf.Body, type: kopf.RawEventType, **_: object) -> None:
+        with SEEN.open('a') as f:
+            f.write(f"{body.get('kind')}/{body.metadata.name}\n")
