@@ -115,11 +115,12 @@ async def run_tasks(
     Run the operator's tasks (of :func:`spawn_tasks`) until they end, and end them all together.
 
     When the first of them ends (``return_when``, as in :func:`asyncio.wait`),
-    the others are cancelled and awaited; the first failure is re-raised. If
+    the others are cancelled and awaited; a task's failure is re-raised. If
     this coroutine itself is cancelled, so are the tasks. ``ignored`` tasks
     are neither awaited nor cancelled.
     """
-    tasks = [task for task in root_tasks if task not in set(ignored)]
+    skipped = set(ignored)
+    tasks = [task for task in root_tasks if task not in skipped]
     if not tasks:
         return
     try:
