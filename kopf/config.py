@@ -98,10 +98,31 @@ def _public_name(cls: type) -> str:
 
 @dataclasses.dataclass
 class PostingConfig:
-    """Whether and from which level per-object log messages become Kubernetes Events."""
+    """
+    Which messages become Kubernetes Events about the objects (as in Kopf).
+
+    ``enabled``: any at all. ``level``: the lowest level posted, both of the
+    explicit ``kopf.info`` (INFO), ``kopf.warn`` (WARNING), ``kopf.exception``
+    (ERROR) -- ``kopf.event`` is always posted -- and of log messages.
+    ``loggers``: whether the per-object log messages of handlers and of the
+    framework are posted too (reason ``Logging``); off by default.
+    """
 
     enabled: bool = True
     level: int = logging.INFO
+    loggers: bool = False
+
+
+@dataclasses.dataclass
+class ProbingConfig:
+    """
+    The liveness endpoint (``kopf run --liveness URL``): how long probe results are reused.
+
+    The ``@kopf.on.probe`` handlers run on a request at most once per
+    ``cache_period`` seconds; requests in between get the cached results.
+    """
+
+    cache_period: float = 10.0
 
 
 @dataclasses.dataclass
@@ -210,6 +231,7 @@ class OperatorConfig:
         self.batching = BatchingConfig()
         self.execution = ExecutionConfig()
         self.admission = AdmissionConfig()
+        self.probing = ProbingConfig()
 
 
 OperatorSettings = OperatorConfig

@@ -28,11 +28,17 @@ from kopf.reactor.registries import (
 )
 from kopf.structs import dicts
 from kopf.structs.ids import HandlerId
-from kopf.structs.resources import Selector
+from kopf.structs.resources import Marker, Selector
 from kopf.structs.reviews import OPERATIONS, Operation, WebhookType
 
 F = TypeVar('F', bound=Callable[..., Any])
 Decorator = Callable[[F], F]
+
+# What the decorators return, for those who annotate them (the names of Kopf).
+ActivityDecorator = Decorator[Callable[..., Any]]
+ChangingDecorator = Decorator[Callable[..., Any]]
+WatchingDecorator = Decorator[Callable[..., Any]]
+WebhookDecorator = Decorator[Callable[..., Any]]
 
 register = subhandling.register
 execute = subhandling.execute
@@ -83,8 +89,29 @@ def login(
                      backoff=backoff, param=param, registry=registry)
 
 
+def probe(
+        *,
+        id: str | None = None,
+        errors: ErrorsMode | None = None,
+        timeout: float | None = None,
+        retries: int | None = None,
+        backoff: float | None = None,
+        param: Any = None,
+        registry: OperatorRegistry | None = None,
+) -> Decorator[F]:
+    """
+    Called when the liveness endpoint is requested (``kopf run --liveness URL``); reports its result.
+
+    The endpoint answers with ``{id: result, ...}`` of all probes. Each probe
+    is called once per run, without retries: a probe that raises makes the
+    operator unhealthy (unless ``errors=kopf.ErrorsMode.IGNORED``).
+    """
+    return _activity(Activity.PROBE, id=id, errors=errors, timeout=timeout, retries=retries,
+                     backoff=backoff, param=param, registry=registry)
+
+
 def create(
-        *resource: str,
+        *resource: str | Marker,
         id: str | None = None,
         retries: int | None = None,
         timeout: float | None = None,
@@ -103,7 +130,7 @@ def create(
 
 
 def update(
-        *resource: str,
+        *resource: str | Marker,
         id: str | None = None,
         retries: int | None = None,
         timeout: float | None = None,
@@ -122,7 +149,7 @@ def update(
 
 
 def resume(
-        *resource: str,
+        *resource: str | Marker,
         id: str | None = None,
         retries: int | None = None,
         timeout: float | None = None,
@@ -141,7 +168,7 @@ def resume(
 
 
 def delete(
-        *resource: str,
+        *resource: str | Marker,
         id: str | None = None,
         retries: int | None = None,
         timeout: float | None = None,
@@ -166,7 +193,7 @@ def delete(
 
 
 def field(
-        *resource: str,
+        *resource: str | Marker,
         field: dicts.FieldSpec,
         id: str | None = None,
         retries: int | None = None,
@@ -194,7 +221,7 @@ def field(
 
 
 def event(
-        *resource: str,
+        *resource: str | Marker,
         id: str | None = None,
         labels: MetaFilter | None = None,
         annotations: MetaFilter | None = None,
@@ -286,6 +313,10 @@ def subhandler(
     return decorator
 
 
+# Kopf's earlier name of the decorator form of sub-handlers: ``@kopf.on.this(id=...)``.
+this = subhandler
+
+
 def _registry(registry: OperatorRegistry | None) -> OperatorRegistry:
     return registry if registry is not None else registries.get_default_registry()
 
@@ -322,7 +353,7 @@ def _activity(
 
 
 def _changing(
-        resource: tuple[str, ...],
+        resource: tuple[str | Marker, ...],
         reason: Reason | None,
         *,
         id: str | None,

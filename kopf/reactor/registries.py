@@ -38,6 +38,7 @@ class Activity(str, enum.Enum):
     STARTUP = 'startup'
     CLEANUP = 'cleanup'
     LOGIN = 'login'
+    PROBE = 'probe'
 
     def __str__(self) -> str:
         return self.value
@@ -133,7 +134,7 @@ def matches(handler: ResourceHandler, *, body: Body, kwargs: Mapping[str, Any]) 
 
 def _selects(selector: Selector, resource: ResourceKey) -> bool:
     if isinstance(resource, Selector):
-        return selector == resource
+        return selector == resource or selector.everything
     return selector.match_rank(resource) is not None
 
 
