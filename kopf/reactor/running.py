@@ -21,7 +21,7 @@ from kopf.clients import auth, discovery, events, watching
 from kopf.clients.auth import APIContext
 from kopf.config import OperatorConfig
 from kopf.engines import posting, probing
-from kopf.reactor import activities, probes, processing, queueing, serving
+from kopf.reactor import activities, cycle, daemons, probes, processing, queueing, serving
 from kopf.reactor.registries import Activity, OperatorRegistry, get_default_registry
 from kopf.structs.credentials import ConnectionInfo
 from kopf.structs.ephemera import Memo
@@ -266,10 +266,12 @@ async def _watch_all(
     poster = asyncio.create_task(posting.poster(queue=queue, post=functools.partial(_post, context)))
     handler = posting.PostingHandler(settings=lambda: config.posting)
     logging.getLogger('kopf.objects').addHandler(handler)
+    keepers: list[daemons.Daemons] = []  # the daemons and timers of every watch, stopped at exit
     watchers = [
         asyncio.create_task(_watch_one(
             processing.ResourceWatch(context=context, resource=resource, selector=selector,
-                                     registry=registry, config=config, memo=memo),
+                                     registry=registry, config=config, memo=memo,
+                                     stages=_stages(registry, selector, resource, context, keepers)),
             namespace=namespace if resource.namespaced else None, stop=stop))
         for selector, resource in resources.items()
         for namespace in (namespaces if resource.namespaced else (None,))
@@ -290,10 +292,27 @@ async def _watch_all(
     finally:
         for task in watchers:
             task.cancel()
+        await asyncio.gather(*watchers, return_exceptions=True)
+        await asyncio.gather(*(keeper.close(timeout=config.background.exit_timeout) for keeper in keepers))
         logging.getLogger('kopf.objects').removeHandler(handler)
         await _drain(queue, timeout=1.0)
         poster.cancel()
         await asyncio.gather(poster, return_exceptions=True)
+
+
+def _stages(
+        registry: OperatorRegistry,
+        selector: Selector,
+        resource: Resource,
+        context: APIContext,
+        keepers: list[daemons.Daemons],
+) -> tuple[cycle.Stage, ...]:
+    """What runs on every event of the resource: the event handlers, and its daemons and timers if it has any."""
+    if not registry.has_spawning_handlers(selector):
+        return cycle.STAGES
+    keeper = daemons.Daemons(patcher=functools.partial(daemons.patch_object, context=context, resource=resource))
+    keepers.append(keeper)
+    return (*cycle.STAGES, keeper)
 
 
 async def _watch_one(watch: processing.ResourceWatch, *, namespace: str | None, stop: asyncio.Event) -> None:
