@@ -208,15 +208,19 @@ class Daemons:
         runners = [runner for runner in self._runners if runner.running]
         for runner in runners:  # also those of forgotten objects, already stopping
             runner.stopper.set(DaemonStoppingReason.OPERATOR_EXITING)
-        tasks = [runner.task for runner in runners if runner.task is not None]
+        # The abandoned ones were given up already (and reported): they are not waited for again.
+        tasks = [runner.task for runner in runners if runner.task is not None and not runner.abandoned]
         if tasks:
             await asyncio.wait(tasks, timeout=timeout)
         late = [runner for runner in runners if runner.running]
         for runner in late:
             kind = ("its thread is left running until the function returns or the process ends"
                     if runner.threaded else "it is cancelled")
-            runner.obj.logger.warning("%s did not stop within the operator's exit timeout of %ss; %s.",
-                                      runner.handler, timeout, kind)
+            if runner.abandoned:
+                runner.obj.logger.debug("%s was abandoned earlier; at the exit, %s.", runner.handler, kind)
+            else:
+                runner.obj.logger.warning("%s did not stop within the operator's exit timeout of %ss; %s.",
+                                          runner.handler, timeout, kind)
             assert runner.task is not None
             runner.task.cancel()
         if late:

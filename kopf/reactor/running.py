@@ -280,10 +280,12 @@ async def _watch_all(
         health.watching(watchers)
     if ready_flag is not None:
         ready_flag.set()
+    closing: asyncio.Task[Any] | None = None
     try:
         stopped = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait([stopped, *watchers], return_when=asyncio.FIRST_COMPLETED)
         stop.set()
+        closing = _close_daemons(keepers, config)  # they stop while the watchers wind down
         failed = [task for task in done if task is not stopped and task.exception() is not None]
         await asyncio.wait_for(asyncio.gather(*watchers, return_exceptions=True), GRACEFUL_EXIT_TIMEOUT)
         if failed:
@@ -293,7 +295,7 @@ async def _watch_all(
         for task in watchers:
             task.cancel()
         await asyncio.gather(*watchers, return_exceptions=True)
-        await asyncio.gather(*(keeper.close(timeout=config.background.exit_timeout) for keeper in keepers))
+        await (closing or _close_daemons(keepers, config))
         logging.getLogger('kopf.objects').removeHandler(handler)
         await _drain(queue, timeout=1.0)
         poster.cancel()
@@ -313,6 +315,16 @@ def _stages(
     keeper = daemons.Daemons(patcher=functools.partial(daemons.patch_object, context=context, resource=resource))
     keepers.append(keeper)
     return (*cycle.STAGES, keeper)
+
+
+def _close_daemons(keepers: list[daemons.Daemons], config: OperatorConfig) -> asyncio.Task[Any]:
+    timeout = config.background.exit_timeout
+    return asyncio.create_task(_gather(*(keeper.close(timeout=timeout) for keeper in keepers)),
+                               name='kopf stopping daemons')
+
+
+async def _gather(*aws: Any) -> None:
+    await asyncio.gather(*aws)
 
 
 async def _watch_one(watch: processing.ResourceWatch, *, namespace: str | None, stop: asyncio.Event) -> None:
