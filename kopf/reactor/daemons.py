@@ -281,8 +281,12 @@ class Daemons:
             return
         if timeout is not None:
             if not runner.threaded:
-                obj.logger.debug("%s has not exited %ss after it was asked to; cancelling it.",
-                                 handler, backoff or 0)
+                if backoff:
+                    obj.logger.debug("%s has not exited %ss after it was asked to stop; cancelling it.",
+                                     handler, backoff)
+                else:
+                    obj.logger.debug("%s is cancelled: it has a cancellation_timeout, and no "
+                                     "cancellation_backoff to exit on its own first.", handler)
                 task.cancel()
             if await _exited(task, timeout):
                 return
