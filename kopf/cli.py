@@ -24,7 +24,7 @@ import click
 from kopf.clients.auth import LoginError
 from kopf.engines import loggers
 from kopf.errors import ActivityError
-from kopf.reactor import running
+from kopf.reactor import peering, running
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +75,13 @@ def main() -> None:
 @click.option('-m', '--module', 'modules', multiple=True, help="An operator module to import (repeatable).")
 @click.option('-n', '--namespace', 'namespaces', multiple=True, help="A namespace to serve (repeatable).")
 @click.option('-A', '--all-namespaces', 'clusterwide', is_flag=True, help="Serve all namespaces.")
-@click.option('--standalone', is_flag=True, help="Do not coordinate with other operator instances.")
+@click.option('--standalone', is_flag=True, help="Do not coordinate with other operator instances (the default).")
+@click.option('--ha', is_flag=True, help="High availability: one replica handles, the others stand by (a Lease).")
+@click.option('--shards', is_flag=True, help="Sharding: every replica handles its share of the objects (Leases).")
+@click.option('--lease-name', help="The name of the Lease(s) of --ha/--shards (default: from the operator's files).")
+@click.option('--lease-namespace', help="The namespace of the Lease(s) (default: the one served namespace, "
+                                        "else the credentials' namespace).")
+@click.option('--identity', help="This replica's unique name among its peers (default: host name and a random suffix).")
 @click.option('-v', '--verbose', is_flag=True, help="Log at the DEBUG level of kopf's own loggers.")
 @click.option('-d', '--debug', is_flag=True, help="Log everything at the DEBUG level.")
 @click.option('-q', '--quiet', is_flag=True, help="Log only warnings and errors.")
@@ -88,6 +94,11 @@ def run(
         namespaces: tuple[str, ...],
         clusterwide: bool,
         standalone: bool,
+        ha: bool,
+        shards: bool,
+        lease_name: str | None,
+        lease_namespace: str | None,
+        identity: str | None,
         verbose: bool,
         debug: bool,
         quiet: bool,
@@ -98,6 +109,11 @@ def run(
         raise click.UsageError("Give at least one operator file or a module with -m.")
     if namespaces and clusterwide:
         raise click.UsageError("Use either -n/--namespace or -A/--all-namespaces, not both.")
+    coordination = [flag for flag, given in [('--standalone', standalone), ('--ha', ha), ('--shards', shards)] if given]
+    if len(coordination) > 1:
+        raise click.UsageError(f"Use only one of --standalone, --ha, --shards (got {' and '.join(coordination)}): "
+                               "a standalone operator does not coordinate with other replicas; --ha makes one "
+                               "replica handle everything, --shards shares the objects among all replicas.")
     level = logging.DEBUG if debug or verbose else logging.WARNING if quiet else logging.INFO
     loggers.configure(level=level, log_format=log_format)
     if verbose and not debug:
@@ -109,6 +125,11 @@ def run(
             namespaces=namespaces,
             clusterwide=clusterwide or not namespaces,
             standalone=standalone,
+            ha=ha,
+            shards=shards,
+            peering_name=lease_name if lease_name is not None else peering.default_name([*paths, *modules]),
+            peering_namespace=lease_namespace,
+            identity=identity,
             stop_flag=controls.stop_flag,
             ready_flag=controls.ready_flag,
         )

@@ -13,14 +13,14 @@ import functools
 import logging
 import signal
 import threading
-from collections.abc import Collection
+from collections.abc import AsyncIterator, Collection
 from typing import Any
 
 from kopf.clients import auth, discovery, events, watching
 from kopf.clients.auth import APIContext
 from kopf.config import OperatorConfig
 from kopf.engines import posting
-from kopf.reactor import handling, processing, queueing
+from kopf.reactor import fencing, handling, peering, processing, queueing
 from kopf.reactor.registries import Activity, OperatorRegistry, get_default_registry
 from kopf.structs.credentials import ConnectionInfo
 from kopf.structs.ephemera import Memo
@@ -51,12 +51,18 @@ async def operator(
         namespaces: Collection[str] = (),
         clusterwide: bool = False,
         standalone: bool = False,
+        ha: bool = False,
+        shards: bool = False,
+        peering_name: str | None = None,
+        peering_namespace: str | None = None,
+        identity: str | None = None,
         stop_flag: StopFlag | None = None,
         ready_flag: StopFlag | None = None,
 ) -> None:
     """Run the operator in the current event loop until it is stopped."""
     tasks = await spawn_tasks(registry=registry, config=config, memo=memo, namespaces=namespaces,
-                              clusterwide=clusterwide, standalone=standalone,
+                              clusterwide=clusterwide, standalone=standalone, ha=ha, shards=shards,
+                              peering_name=peering_name, peering_namespace=peering_namespace, identity=identity,
                               stop_flag=stop_flag, ready_flag=ready_flag)
     await asyncio.gather(*tasks)
 
@@ -69,19 +75,28 @@ async def spawn_tasks(
         namespaces: Collection[str] = (),
         clusterwide: bool = False,
         standalone: bool = False,
+        ha: bool = False,
+        shards: bool = False,
+        peering_name: str | None = None,
+        peering_namespace: str | None = None,
+        identity: str | None = None,
         stop_flag: StopFlag | None = None,
         ready_flag: StopFlag | None = None,
 ) -> list[asyncio.Task[None]]:
     """
     Create the operator's task, for embedding into applications with their own event loop.
 
-    ``standalone`` is accepted for compatibility: instances do not coordinate
-    with each other (there is no peering), so every instance is standalone.
+    ``ha``/``shards`` make replicas coordinate through Leases (see
+    docs/replicas.rst); ``standalone`` (the default) means no coordination.
+    These arguments go into ``config.peering`` before the startup handlers,
+    which may still change it.
     """
-    del standalone
+    config = config or OperatorConfig()
+    _configure_peering(config, standalone=standalone, ha=ha, shards=shards, name=peering_name,
+                       namespace=peering_namespace, identity=identity)
     task = asyncio.create_task(_serve(
         registry=registry or get_default_registry(),
-        config=config or OperatorConfig(),
+        config=config,
         memo=memo if memo is not None else Memo(),
         namespaces=tuple(namespaces),
         clusterwide=clusterwide or not namespaces,
@@ -89,6 +104,27 @@ async def spawn_tasks(
         ready_flag=ready_flag,
     ), name='kopf operator')
     return [task]
+
+
+def _configure_peering(
+        config: OperatorConfig,
+        *,
+        standalone: bool,
+        ha: bool,
+        shards: bool,
+        name: str | None,
+        namespace: str | None,
+        identity: str | None,
+) -> None:
+    chosen = [option for option, flag in [('standalone', standalone), ('ha', ha), ('shards', shards)] if flag]
+    if len(chosen) > 1:
+        raise OperatorError(f"Choose one of standalone, ha, shards; got {' and '.join(chosen)}: "
+                            "a standalone operator does not coordinate, HA and shards coordinate differently.")
+    if chosen:
+        config.peering.mode = chosen[0]
+    for field, value in [('name', name), ('namespace', namespace), ('identity', identity)]:
+        if value is not None:
+            setattr(config.peering, field, value)
 
 
 async def _serve(
@@ -112,9 +148,14 @@ async def _serve(
             info = await _login(registry=registry, config=config, memo=memo)
             async with APIContext(info) as context:
                 resources = await _resolve(context, registry.selectors)
-                await _watch_all(context=context, resources=resources, registry=registry, config=config,
-                                 memo=memo, namespaces=(None,) if clusterwide else namespaces,
-                                 stop=stop, ready_flag=ready_flag)
+                try:
+                    async with peering.peering(context=context, config=config.peering, namespaces=namespaces,
+                                               clusterwide=clusterwide, stop=stop) as peers:
+                        await _watch_all(context=context, resources=resources, registry=registry, config=config,
+                                         memo=memo, namespaces=(None,) if clusterwide else namespaces,
+                                         stop=stop, ready_flag=ready_flag, peers=peers)
+                except peering.PeeringError as e:
+                    raise OperatorError(str(e)) from None
         finally:
             if stopper is not None:
                 stopper.cancel()
@@ -157,19 +198,28 @@ async def _watch_all(
         namespaces: Collection[str | None],
         stop: asyncio.Event,
         ready_flag: StopFlag | None,
+        peers: peering.Peering | None = None,
 ) -> None:
-    """Watch every resource in every namespace, and post events, until stopped."""
+    """
+    Watch every resource in every namespace, and post events, until stopped.
+
+    With replicas (``peers``), only what the gate permits is handled, and on
+    stopping, the running cycles finish while the Lease is still held.
+    """
     queue: asyncio.Queue[posting.K8sEvent] = asyncio.Queue()
     posting.event_queue_var.set(queue)
     posting.event_loop_var.set(asyncio.get_running_loop())
     poster = asyncio.create_task(posting.poster(queue=queue, post=functools.partial(_post, context)))
     handler = posting.PostingHandler(enabled=lambda: config.posting.enabled, level=lambda: config.posting.level)
     logging.getLogger('kopf.objects').addHandler(handler)
+    gate = peers.gate if peers is not None else None
+    watch_stop = stop if peers is None else asyncio.Event()  # with peers: only after stepping down
+    handling_context = context if gate is None else fencing.FencedAPIContext(context, gate)
     watchers = [
         asyncio.create_task(_watch_one(
-            processing.ResourceWatch(context=context, resource=resource, selector=selector,
+            processing.ResourceWatch(context=handling_context, resource=resource, selector=selector,
                                      registry=registry, config=config, memo=memo),
-            namespace=namespace if resource.namespaced else None, stop=stop))
+            namespace=namespace if resource.namespaced else None, stop=watch_stop, gate=gate))
         for selector, resource in resources.items()
         for namespace in (namespaces if resource.namespaced else (None,))
     ]
@@ -178,7 +228,10 @@ async def _watch_all(
     try:
         stopped = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait([stopped, *watchers], return_when=asyncio.FIRST_COMPLETED)
+        if peers is not None:
+            await peers.step_down(timeout=config.batching.exit_timeout)
         stop.set()
+        watch_stop.set()
         failed = [task for task in done if task is not stopped and task.exception() is not None]
         await asyncio.wait_for(asyncio.gather(*watchers, return_exceptions=True), GRACEFUL_EXIT_TIMEOUT)
         if failed:
@@ -193,11 +246,20 @@ async def _watch_all(
         await asyncio.gather(poster, return_exceptions=True)
 
 
-async def _watch_one(watch: processing.ResourceWatch, *, namespace: str | None, stop: asyncio.Event) -> None:
-    stream = watching.infinite_watch(context=watch.context, resource=watch.resource, namespace=namespace,
-                                     settings=watch.config.watching, stop=stop)
+async def _watch_one(
+        watch: processing.ResourceWatch,
+        *,
+        namespace: str | None,
+        stop: asyncio.Event,
+        gate: fencing.Gate | None = None,
+) -> None:
+    def open_stream(until: asyncio.Event) -> AsyncIterator[watching.RawEvent]:
+        return watching.infinite_watch(context=watch.context, resource=watch.resource, namespace=namespace,
+                                       settings=watch.config.watching, stop=until)
+
+    stream = open_stream(stop) if gate is None else fencing.gated_stream(gate, open_stream, stop=stop)
     await queueing.watch_objects(stream=stream, processor=functools.partial(processing.process_event, watch),
-                                 settings=watch.config.batching)
+                                 settings=watch.config.batching, gate=gate)
 
 
 async def _post(context: APIContext, item: posting.K8sEvent) -> None:
