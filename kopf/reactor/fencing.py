@@ -41,6 +41,9 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
+import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -52,6 +55,7 @@ logger = logging.getLogger('kopf.reactor.fencing')
 Permit = Callable[[str], bool]  # by object key (the uid)
 
 SAFE_METHODS = frozenset({'GET', 'HEAD', 'OPTIONS'})
+DRAIN_INTERVAL = 0.02  # seconds between looks at the running cycles while waiting for them
 
 
 def nothing(key: str) -> bool:
@@ -82,46 +86,61 @@ class _Cycle:
 
 
 class Gate:
-    """What this replica may handle now, and the handling cycles that are running."""
+    """
+    What this replica may handle now, until when, and the handling cycles that are running.
+
+    Peering may call it from its own thread (see :mod:`kopf.reactor.peering`):
+    the state changes under a lock, and the operator's event loop learns of
+    them through thread-safe calls. The deadlines are checked by the clock at
+    every admission and every write, so they hold even if the event loop is
+    too busy to run the timers that cancel the cycles in time.
+    """
 
     def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()  # the handling's loop
+        self._lock = threading.Lock()
         self._permit: Permit = nothing
+        self._admit_until = -math.inf  # monotonic time: no new cycles from then on
+        self._write_until = -math.inf  # monotonic time: no writes from then on
         self._epoch = 0  # grows whenever objects may have become ours: the streams must relist
-        self._writable = True
+        self._was_active = False
         self._cycles: dict[asyncio.Task[Any], _Cycle] = {}
         self._changed = asyncio.Event()
-        self._cycle_ended = asyncio.Event()
 
     # What queueing asks.
 
     def admits(self, key: str) -> bool:
         """Whether an event of this object should be routed to a handling worker at all."""
-        return self._permit(key)
+        return time.monotonic() < self._admit_until and self._permit(key)
 
     @contextlib.asynccontextmanager
     async def handling(self, key: str) -> AsyncIterator[bool]:
         """Run one handling cycle of the object, if it is permitted now; yields whether it is."""
         task = asyncio.current_task()
-        if task is None or not self._permit(key):
+        with self._lock:
+            admitted = task is not None and self.admits(key)
+            if task is not None and admitted:
+                self._cycles[task] = _Cycle(key=key)
+        if task is None or not admitted:
             yield False
             return
-        self._cycles[task] = _Cycle(key=key)
         try:
             yield True
         finally:
-            del self._cycles[task]
-            self._cycle_ended.set()
+            with self._lock:
+                del self._cycles[task]
 
     # What the fenced API context asks.
 
     def check_write(self) -> None:
         """Let the current task write to an object, or raise :class:`FencedError`."""
         task = asyncio.current_task()
-        cycle = self._cycles.get(task) if task is not None else None
-        if not self._writable or (cycle is not None and cycle.cancelled):
-            raise FencedError("This replica may not write to the object any more: it is no longer its owner.")
-        if cycle is not None:
-            cycle.committing = True
+        with self._lock:
+            cycle = self._cycles.get(task) if task is not None else None
+            if time.monotonic() >= self._write_until or (cycle is not None and cycle.cancelled):
+                raise FencedError("This replica may not write to the object any more: it is no longer its owner.")
+            if cycle is not None:
+                cycle.committing = True
 
     # What peering tells and asks.
 
@@ -131,12 +150,13 @@ class Gate:
 
     @property
     def active(self) -> bool:
-        """Whether anything may be permitted at all; inactive replicas do not even watch."""
-        return self._permit is not nothing
+        """Whether anything may be handled at all now; inactive replicas do not even watch."""
+        return self._permit is not nothing and time.monotonic() < self._admit_until
 
     @property
     def cycles(self) -> int:
-        return len(self._cycles)
+        with self._lock:
+            return len(self._cycles)
 
     def permit(self, permit: Permit, *, resync: bool) -> None:
         """
@@ -145,65 +165,86 @@ class Gate:
         ``resync`` says that objects may have become ours whose events were
         dropped before: the streams restart with a fresh listing.
         """
-        was_active = self.active
-        self._permit = permit
-        if permit is not nothing:
-            self._writable = True
-        if resync or (self.active and not was_active):
-            self._epoch += 1
-        self._notify()
+        with self._lock:
+            self._permit = permit
+            self._update(resync=resync)
+
+    def extend(self, *, admit_until: float, write_until: float) -> None:
+        """Allow new cycles and writes until these (monotonic) times: the Lease has been renewed."""
+        with self._lock:
+            lapsed = time.monotonic() >= self._admit_until  # events may have been dropped meanwhile
+            self._admit_until = admit_until
+            self._write_until = write_until
+            self._update(resync=lapsed)
 
     async def drain(self, keep: Permit, *, timeout: float) -> bool:
         """Wait until no cycle runs for an object outside ``keep``; ``False`` if some still run after the timeout."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while any(not keep(cycle.key) for cycle in self._cycles.values()):
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                busy = any(not keep(cycle.key) for cycle in self._cycles.values())
+            if not busy:
+                return True
+            if time.monotonic() >= deadline:
                 return False
-            self._cycle_ended.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._cycle_ended.wait(), timeout=remaining)
-        return True
+            await asyncio.sleep(DRAIN_INTERVAL)
 
     def soften(self) -> int:
         """
-        The soft fence: permit nothing; cancel the cycles that have not started writing.
+        The soft fence: no new cycles; cancel the running ones that have not started writing.
 
         The committing ones may finish their patch until the hard fence.
-        Returns how many cycles were cancelled.
+        Returns how many cycles are cancelled.
         """
-        self.permit(nothing, resync=False)
-        cancelled = 0
-        for task, cycle in self._cycles.items():
-            if not cycle.committing and not cycle.cancelled:
-                cycle.cancelled = True
-                task.cancel()
-                cancelled += 1
-        return cancelled
+        with self._lock:
+            self._admit_until = min(self._admit_until, time.monotonic())
+            tasks = [task for task, _ in self._mark_cancelled(committing=False)]
+            self._update(resync=False)
+        self._loop.call_soon_threadsafe(_cancel, tasks)
+        return len(tasks)
 
     def harden(self) -> int:
-        """The hard fence: permit nothing, cancel every cycle, refuse every write. Returns how many were cut."""
-        self.soften()
-        self._writable = False
-        cut = 0
-        for task, cycle in self._cycles.items():
-            if not task.done() and cycle.committing and not cycle.cancelled:
-                cycle.cancelled = True
-                task.cancel()
-                cut += 1
-                logger.error("The patch of the object %s was being sent when the lease ran out; "
-                             "it was cancelled and may be applied partially.", cycle.key)
-        return cut
+        """The hard fence: no new cycles, no writes, every cycle cancelled. Returns how many patches were cut."""
+        with self._lock:
+            now = time.monotonic()
+            self._admit_until = min(self._admit_until, now)
+            self._write_until = min(self._write_until, now)
+            tasks = [task for task, _ in self._mark_cancelled(committing=False)]
+            cut = self._mark_cancelled(committing=True)
+            self._update(resync=False)
+        for _, key in cut:
+            logger.error("The patch of the object %s was being sent when the lease ran out; "
+                         "it is cancelled and may be applied partially.", key)
+        self._loop.call_soon_threadsafe(_cancel, tasks + [task for task, _ in cut])
+        return len(cut)
 
     async def changed(self, epoch: int, active: bool) -> None:
-        """Wait until the epoch or the activity differs from the given ones."""
+        """Wait until the epoch or the activity differs from the given ones (in the handling's loop)."""
         while self._epoch == epoch and self.active == active:
             self._changed.clear()
             await self._changed.wait()
 
-    def _notify(self) -> None:
-        self._changed.set()
+    def _mark_cancelled(self, *, committing: bool) -> list[tuple[asyncio.Task[Any], str]]:
+        marked = []
+        for task, cycle in self._cycles.items():
+            if cycle.committing == committing and not cycle.cancelled:
+                cycle.cancelled = True
+                marked.append((task, cycle.key))
+        return marked
+
+    def _update(self, *, resync: bool) -> None:
+        """After a change (under the lock): a new epoch if objects may have become ours; tell the streams."""
+        active = self.active
+        if resync or (active and not self._was_active):
+            self._epoch += 1
+        self._was_active = active
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._changed.set)
+
+
+def _cancel(tasks: list[asyncio.Task[Any]]) -> None:
+    for task in tasks:
+        task.cancel()
 
 
 class FencedAPIContext(APIContext):
@@ -253,6 +294,8 @@ async def gated_stream(gate: Gate, open_stream: StreamFactory, *, stop: asyncio.
         if not active:
             await _first(gate.changed(epoch, active), stop.wait())
             continue
+        if epoch > 1:
+            logger.debug("Listing the objects anew: some may have become ours.")
         interrupt = asyncio.Event()
         watcher = asyncio.create_task(_interrupt_on_change(gate, epoch, stop, interrupt))
         try:

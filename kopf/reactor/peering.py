@@ -49,6 +49,8 @@ import re
 import secrets
 import socket
 import sys
+import threading
+import time
 from collections.abc import AsyncIterator, Collection, Iterator, Sequence
 from pathlib import Path
 
@@ -167,21 +169,31 @@ def resolve(
 # The fences.
 
 class _Fences:
-    """The deadlines that follow from the last successful renewal, as timers that fence the gate."""
+    """
+    The deadlines that follow from the last successful renewal.
+
+    The gate checks them by the clock at every admission and write; the
+    timers here only cancel the running cycles at those moments and say so.
+    """
 
     def __init__(self, gate: Gate, settings: PeeringSettings) -> None:
         self.gate = gate
         self.settings = settings
         self.renewed_at: float | None = None
-        self.lost = False  # the hard fence has struck since the last renewal
         self._timers: list[asyncio.TimerHandle] = []
+
+    @property
+    def lost(self) -> bool:
+        """Whether the renew deadline has passed since the last renewal (if there was one)."""
+        return self.renewed_at is not None and time.monotonic() >= self.renewed_at + self.settings.renew_deadline
 
     def renewed(self, sent_at: float) -> None:
         """A renewal sent at this (monotonic) time has succeeded."""
         self.cancel()
         self.renewed_at = sent_at
-        self.lost = False
-        loop = asyncio.get_running_loop()
+        self.gate.extend(admit_until=sent_at + self.settings.soft_fence,
+                         write_until=sent_at + self.settings.renew_deadline)
+        loop = asyncio.get_running_loop()  # loop.time() is time.monotonic()
         self._timers = [
             loop.call_at(sent_at + self.settings.soft_fence, self._soften),
             loop.call_at(sent_at + self.settings.renew_deadline, self._harden),
@@ -199,7 +211,6 @@ class _Fences:
 
     def _harden(self) -> None:
         self.gate.harden()
-        self.lost = True
         logger.error("The lease has not been renewed within the renew deadline of %.1fs: stopped handling "
                      "before it can expire (in %.1fs) and another replica takes over; trying to renew it.",
                      self.settings.renew_deadline, self.settings.lease_duration - self.settings.renew_deadline)
@@ -312,7 +323,7 @@ class _Elector(_Replica):
         with self.verb('get'):
             lease = await leases.read_lease(context=self.context, namespace=self.settings.namespace,
                                             name=self.settings.name, timeout=self.timeout)
-        now = asyncio.get_running_loop().time()
+        now = time.monotonic()
         if lease is None:
             self._stand_by(None)
             await self._create()
@@ -330,7 +341,7 @@ class _Elector(_Replica):
         if self.closing:
             return
         stamp = leases.now()
-        sent = asyncio.get_running_loop().time()
+        sent = time.monotonic()
         spec = LeaseSpec(holder=self.settings.identity, duration=self.settings.lease_duration,
                          acquired=stamp, renewed=stamp)
         try:
@@ -345,7 +356,7 @@ class _Elector(_Replica):
     async def _write(self, lease: Lease, *, acquire: bool) -> None:
         """Renew the lease (ours) or take it over (expired or released); a 409 means someone was faster."""
         stamp = leases.now()
-        sent = asyncio.get_running_loop().time()
+        sent = time.monotonic()
         spec = LeaseSpec(holder=self.settings.identity, duration=self.settings.lease_duration,
                          acquired=stamp if acquire else lease.spec.acquired or stamp, renewed=stamp,
                          transitions=lease.spec.transitions + (1 if acquire else 0))
@@ -367,7 +378,7 @@ class _Elector(_Replica):
 
     def _lead(self, lease: Lease, sent: float) -> None:
         self.lease = lease
-        self.observations.observe(lease, asyncio.get_running_loop().time())
+        self.observations.observe(lease, time.monotonic())
         self.fences.renewed(sent)
         if self.closing:
             return
@@ -430,7 +441,7 @@ class _Member(_Replica):
         with self.verb('list'):
             listed = await leases.list_leases(context=self.context, namespace=self.settings.namespace,
                                               labels=self.labels, timeout=self.timeout)
-        now = asyncio.get_running_loop().time()
+        now = time.monotonic()
         own_name = self.settings.member_lease_name
         self.observations.forget_others([lease.name for lease in listed])
         others: dict[str, Ring] = {}
@@ -483,7 +494,7 @@ class _Member(_Replica):
         """Publish our ring in our lease (creating it if needed); from now on the others see it."""
         ring = (self.published or ()) if self.closing else self.adopted
         stamp = leases.now()
-        sent = asyncio.get_running_loop().time()
+        sent = time.monotonic()
         annotations = {RING_ANNOTATION: ownership.format_ring(ring)}
         spec = LeaseSpec(holder=self.settings.identity, duration=self.settings.lease_duration,
                          acquired=self.lease.spec.acquired if self.lease is not None else stamp, renewed=stamp)
@@ -554,14 +565,46 @@ class _Member(_Replica):
 # The entry point for running.py.
 
 class Peering:
-    """A running replica's coordination: the gate for the handling, and the graceful stepping down."""
+    """
+    A running replica's coordination: the gate for the handling, and the graceful stepping down.
+
+    The Lease loop runs in a thread with an event loop and an API session of
+    its own: synchronous handlers that keep the CPU busy slow the operator's
+    event loop down, sometimes by seconds, and the renewals must not wait
+    behind the handling they protect. (The fences hold regardless: the gate
+    checks its deadlines by the clock.)
+    """
 
     def __init__(self, *, gate: Gate, replica: _Replica, stop: asyncio.Event) -> None:
         self.gate = gate
         self.replica = replica
-        self.task = asyncio.create_task(replica.run(), name='kopf peering')
-        self.task.add_done_callback(lambda _: stop.set())
         self.released = False
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name='kopf peering', daemon=True)
+        self._thread.start()
+        self._stopping = asyncio.Event()  # used in the thread's loop only
+        self._future = asyncio.run_coroutine_threadsafe(self._lifecycle(), self._loop)
+        operator_loop = asyncio.get_running_loop()
+
+        def stop_the_operator(_: object) -> None:  # the coordination is over: so is the handling
+            if not operator_loop.is_closed():
+                operator_loop.call_soon_threadsafe(stop.set)
+
+        self._future.add_done_callback(stop_the_operator)
+
+    async def _lifecycle(self) -> None:
+        """In the thread: run until stopped or failed, then release the Lease."""
+        async with self.replica.context:
+            run = asyncio.create_task(self.replica.run(), name='kopf peering')
+            stopping = asyncio.create_task(self._stopping.wait())
+            await asyncio.wait([run, stopping], return_when=asyncio.FIRST_COMPLETED)
+            for task in (run, stopping):
+                task.cancel()
+            await asyncio.gather(run, stopping, return_exceptions=True)
+            await self.replica.release()
+            error = run.exception() if not run.cancelled() else None
+            if error is not None:
+                raise error
 
     async def step_down(self, *, timeout: float) -> None:
         """
@@ -578,18 +621,22 @@ class Peering:
         await self.release()
 
     async def release(self) -> None:
+        """Stop the Lease loop, release the Lease(s), and end the thread."""
         if self.released:
             return
         self.released = True
-        self.task.cancel()
-        await asyncio.gather(self.task, return_exceptions=True)
-        await self.replica.release()
+        self._loop.call_soon_threadsafe(self._stopping.set)
+        with contextlib.suppress(Exception):
+            await asyncio.wrap_future(self._future)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+        self._loop.close()
 
     def error(self) -> PeeringError | None:
         """Why the coordination has failed, if it has."""
-        if not self.task.done() or self.task.cancelled() or self.task.exception() is None:
+        if not self._future.done() or self._future.cancelled() or self._future.exception() is None:
             return None
-        error = self.task.exception()
+        error = self._future.exception()
         if isinstance(error, PeeringError):
             return error
         return PeeringError(f"Coordination with the other replicas has failed: {_describe(error)}")
@@ -618,15 +665,16 @@ async def peering(
     await _check_access(context, settings)
     gate = Gate()
     cls = _Elector if settings.mode == 'ha' else _Member
-    replica: _Replica = cls(context=context, gate=gate, settings=settings)
+    own_context = APIContext(context.info, retries=0)  # a session of its own, opened in the peering thread
+    replica: _Replica = cls(context=own_context, gate=gate, settings=settings)
     logger.info("Coordinating as %s (%s) through the lease(s) %r in the namespace %r.",
                 settings.identity, 'HA' if settings.mode == 'ha' else 'shards', settings.name, settings.namespace)
     peers = Peering(gate=gate, replica=replica, stop=stop)
     try:
         yield peers
     finally:
-        error = peers.error()  # before the release cancels the task
         await peers.release()
+    error = peers.error()
     if error is not None:
         raise error
 

@@ -30,7 +30,25 @@ import yaml
 from tests.e2e.harness import OPERATORS, REPO, OperatorProcess, kopf_run, read_calls
 from tests.e2e.kubeapi import KubeAPI, KubeAPIError, wait_for
 
-CRD: dict[str, Any] = yaml.safe_load((REPO / 'examples' / 'crd.yaml').read_text())
+GROUP, VERSION, PLURAL = 'e2e.kopf.dev', 'v1', 'shardeds'
+CRD: dict[str, Any] = {
+    'apiVersion': 'apiextensions.k8s.io/v1',
+    'kind': 'CustomResourceDefinition',
+    'metadata': {'name': f'{PLURAL}.{GROUP}'},
+    'spec': {
+        'group': GROUP,
+        'scope': 'Namespaced',
+        'names': {'plural': PLURAL, 'singular': 'sharded', 'kind': 'Sharded'},
+        'versions': [{
+            'name': VERSION, 'served': True, 'storage': True,
+            'subresources': {'status': {}},
+            'schema': {'openAPIV3Schema': {'type': 'object', 'properties': {
+                'spec': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True},
+                'status': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True},
+            }}},
+        }],
+    },
+}
 PREFIX = 'kopf.zalando.org'
 LAST_HANDLED = f'{PREFIX}/last-handled-configuration'
 HANDLERS = ('slow', 'flaky')
@@ -45,12 +63,12 @@ def crd(kube: KubeAPI) -> None:
 
 
 def collection(namespace: str) -> str:
-    return f'/apis/kopf.dev/v1/namespaces/{namespace}/kopfexamples'
+    return f'/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}'
 
 
 def create_objects(kube: KubeAPI, namespace: str, names: list[str]) -> None:
     for name in names:
-        kube.create(collection(namespace), {'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample',
+        kube.create(collection(namespace), {'apiVersion': f'{GROUP}/{VERSION}', 'kind': 'Sharded',
                                             'metadata': {'name': name}, 'spec': {'field': name}})
 
 
@@ -67,7 +85,7 @@ def replicas(kubeconfig: Path, namespace: str, tmp_path: Path) -> Iterator[Calla
     def start(*args: str, kubeconfig: Path = kubeconfig, **env: str) -> OperatorProcess:
         argv = kopf_run(OPERATORS / 'replicas.py', namespace=namespace) + list(args)
         process = OperatorProcess(argv, kubeconfig=kubeconfig, log=tmp_path / f'replica-{len(started)}.log', env={
-            'E2E_RESOURCE': 'kopfexamples', 'E2E_CALLS': str(tmp_path / 'calls.jsonl'),
+            'E2E_RESOURCE': f'{PLURAL}.{GROUP}', 'E2E_CALLS': str(tmp_path / 'calls.jsonl'),
             'E2E_LEASE': str(LEASE), 'E2E_RENEW': str(RENEW), 'E2E_RETRY': str(RETRY), **env})
         started.append(process)
         return process
@@ -336,7 +354,13 @@ def test_graceful_rolling_restart_while_objects_are_created_loses_nothing(
 # RBAC.
 
 def documented_rbac(namespace: str, user: str, *, without: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    """The Role and RoleBinding of docs/install.rst, for a namespace and a user; some Lease verbs removed."""
+    """
+    The Role and RoleBinding of docs/install.rst, for a namespace, a user and our resource.
+
+    Only names change: the namespace, the subject, and the served resource
+    (``kopfexamples.kopf.dev`` there, ours here); the rules and verbs stay
+    as documented, except the Lease verbs removed on purpose.
+    """
     text = (REPO / 'docs' / 'install.rst').read_text()
     blocks = re.findall(r'\.\. code-block:: yaml\n\n((?:    .*\n|\n)+)', text)
     documents = [doc for block in blocks for doc in yaml.safe_load_all(re.sub(r'(?m)^    ', '', block))]
@@ -347,6 +371,8 @@ def documented_rbac(namespace: str, user: str, *, without: tuple[str, ...] = ())
     for rule in role['rules']:
         if 'leases' in rule['resources']:
             rule['verbs'] = [verb for verb in rule['verbs'] if verb not in without]
+        rule['apiGroups'] = [GROUP if group == 'kopf.dev' else group for group in rule['apiGroups']]
+        rule['resources'] = [resource.replace('kopfexamples', PLURAL) for resource in rule['resources']]
     binding['subjects'] = [{'kind': 'User', 'name': user, 'apiGroup': 'rbac.authorization.k8s.io'}]
     return [role, binding]
 

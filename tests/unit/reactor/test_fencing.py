@@ -1,5 +1,6 @@
 import asyncio
 import dataclasses
+import time
 
 import pytest
 
@@ -13,6 +14,14 @@ class Settings:
     idle_timeout: float = 0.5
     exit_timeout: float = 1.0
     worker_limit: int | None = None
+
+
+def open_gate(permit=everything):
+    """A gate as a replica holding its Lease has it: the deadlines far ahead."""
+    gate = Gate()
+    gate.permit(permit, resync=True)
+    gate.extend(admit_until=time.monotonic() + 100, write_until=time.monotonic() + 100)
+    return gate
 
 
 def event(uid, rv=1):
@@ -36,16 +45,41 @@ async def cycle(gate, key, *, write=False, duration=10.0):
 
 # What queueing sees.
 
-async def test_nothing_is_admitted_until_permitted():
+async def test_nothing_is_admitted_until_permitted_and_in_time():
     gate = Gate()
     assert not gate.admits('a') and not gate.active
     gate.permit(everything, resync=True)
+    assert not gate.admits('a') and not gate.active  # no lease yet
+    gate.extend(admit_until=time.monotonic() + 100, write_until=time.monotonic() + 100)
     assert gate.admits('a') and gate.active
 
 
+async def test_the_deadlines_hold_by_the_clock_even_without_the_timers():
+    gate = open_gate()
+    gate.extend(admit_until=time.monotonic() + 0.05, write_until=time.monotonic() + 0.1)
+    async with gate.handling('a') as admitted:
+        assert admitted
+        await asyncio.sleep(0.06)
+        gate.check_write()  # a cycle admitted in time may still write...
+        await asyncio.sleep(0.05)
+        with pytest.raises(FencedError):
+            gate.check_write()  # ...but not after the renew deadline
+    async with gate.handling('b') as admitted:
+        assert not admitted
+
+
+async def test_a_renewal_after_a_lapse_lists_anew():
+    gate = open_gate()
+    epoch = gate.epoch
+    gate.extend(admit_until=time.monotonic() + 100, write_until=time.monotonic() + 100)
+    assert gate.epoch == epoch  # renewed in time: nothing was dropped
+    gate.extend(admit_until=time.monotonic() - 1, write_until=time.monotonic() - 1)
+    gate.extend(admit_until=time.monotonic() + 100, write_until=time.monotonic() + 100)
+    assert gate.epoch > epoch  # events were dropped meanwhile
+
+
 async def test_only_events_of_permitted_objects_reach_the_processor():
-    gate = Gate()
-    gate.permit(lambda key: key != 'theirs', resync=True)
+    gate = open_gate(lambda key: key != 'theirs')
     seen = []
 
     async def processor(raw_event, woken_up):
@@ -58,8 +92,7 @@ async def test_only_events_of_permitted_objects_reach_the_processor():
 
 
 async def test_a_worker_whose_object_moved_away_stops_before_its_next_cycle():
-    gate = Gate()
-    gate.permit(everything, resync=True)
+    gate = open_gate()
     calls = []
 
     async def processor(raw_event, woken_up):
@@ -77,8 +110,7 @@ async def test_a_worker_whose_object_moved_away_stops_before_its_next_cycle():
 
 
 async def test_cycles_are_counted_while_they_run():
-    gate = Gate()
-    gate.permit(everything, resync=True)
+    gate = open_gate()
     task = asyncio.create_task(cycle(gate, 'a'))
     await asyncio.sleep(0.01)
     assert gate.cycles == 1
@@ -90,8 +122,7 @@ async def test_cycles_are_counted_while_they_run():
 # What peering does with it.
 
 async def test_draining_waits_for_the_cycles_of_objects_outside_what_is_kept():
-    gate = Gate()
-    gate.permit(everything, resync=True)
+    gate = open_gate()
     ours = asyncio.create_task(cycle(gate, 'ours', duration=10))
     moving = asyncio.create_task(cycle(gate, 'moving', duration=0.1))
     await asyncio.sleep(0.01)
@@ -103,8 +134,7 @@ async def test_draining_waits_for_the_cycles_of_objects_outside_what_is_kept():
 
 
 async def test_the_soft_fence_cancels_cycles_that_have_not_started_to_write():
-    gate = Gate()
-    gate.permit(everything, resync=True)
+    gate = open_gate()
     handling = asyncio.create_task(cycle(gate, 'a'))
     committing = asyncio.create_task(cycle(gate, 'b', write=True, duration=0.2))
     await asyncio.sleep(0.01)
@@ -117,8 +147,7 @@ async def test_the_soft_fence_cancels_cycles_that_have_not_started_to_write():
 
 
 async def test_the_hard_fence_cancels_everything_and_refuses_writes():
-    gate = Gate()
-    gate.permit(everything, resync=True)
+    gate = open_gate()
     committing = asyncio.create_task(cycle(gate, 'b', write=True))
     await asyncio.sleep(0.01)
     gate.harden()
@@ -128,16 +157,15 @@ async def test_the_hard_fence_cancels_everything_and_refuses_writes():
         gate.check_write()
 
 
-async def test_a_new_permit_allows_writes_again():
-    gate = Gate()
+async def test_a_renewal_allows_writes_again():
+    gate = open_gate()
     gate.harden()
-    gate.permit(everything, resync=True)
+    gate.extend(admit_until=time.monotonic() + 100, write_until=time.monotonic() + 100)
     gate.check_write()  # no error
 
 
 async def test_a_cancelled_cycle_cannot_write_even_if_it_catches_the_cancellation():
-    gate = Gate()
-    gate.permit(everything, resync=True)
+    gate = open_gate()
     outcome = []
 
     async def stubborn():
@@ -177,9 +205,8 @@ class RecordingContext:
 
 async def test_the_fenced_context_checks_writes_but_not_reads():
     inner = RecordingContext()
-    gate = Gate()
+    gate = open_gate()
     context = FencedAPIContext(inner, gate)  # type: ignore[arg-type]
-    gate.permit(everything, resync=True)
     await context.request('PATCH', '/x')
     gate.harden()
     await context.request('GET', '/x')
@@ -193,6 +220,7 @@ async def test_the_fenced_context_checks_writes_but_not_reads():
 
 async def test_streams_run_only_while_active_and_restart_when_objects_may_have_become_ours():
     gate = Gate()
+    gate.extend(admit_until=time.monotonic() + 100, write_until=time.monotonic() + 100)
     stop = asyncio.Event()
     opened = []
 
@@ -218,10 +246,10 @@ async def test_streams_run_only_while_active_and_restart_when_objects_may_have_b
     await asyncio.sleep(0.05)
     gate.permit(everything, resync=True)  # objects may have become ours: list anew
     await asyncio.sleep(0.05)
-    assert opened == [1, 2]
+    assert len(opened) == 2 and opened[0] < opened[1]  # one listing per epoch in which objects came
     assert received == ['listed-1', 'listed-2']
     gate.permit(nothing, resync=False)
     await asyncio.sleep(0.05)
     stop.set()
     await asyncio.wait_for(consumer, timeout=1)
-    assert opened == [1, 2]
+    assert len(opened) == 2

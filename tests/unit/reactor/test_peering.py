@@ -9,6 +9,7 @@ strike) and "cut off" by failing their requests.
 import asyncio
 import dataclasses
 import itertools
+import time
 
 import pytest
 
@@ -19,6 +20,7 @@ from kopf.config import PeeringConfig
 from kopf.reactor import ownership, peering
 from kopf.reactor.fencing import FencedError, Gate
 from kopf.reactor.peering import PeeringError, PeeringSettings
+from kopf.structs.credentials import ConnectionInfo
 
 KEYS = [f'uid-{i}' for i in range(300)]
 LEASE, RENEW, RETRY = 1, 0.6, 0.1
@@ -32,6 +34,12 @@ class Context:
 
     def __repr__(self):
         return f'Context({self.name})'
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc_info):
+        pass
 
 
 class FakeLeases:
@@ -317,6 +325,21 @@ async def test_stepping_down_finishes_the_cycles_first_and_then_releases_the_lea
     assert stop.is_set()  # the coordination is over: the operator stops too (it is stopping anyway)
 
 
+async def test_renewals_continue_while_the_handling_keeps_the_event_loop_busy(store):
+    gate = Gate()
+    peers = peering.Peering(gate=gate, replica=peering._Elector(context=Context('a'), gate=gate,
+                                                                settings=settings('ha', 'a')), stop=asyncio.Event())
+    try:
+        await until(lambda: gate.active)
+        version = store.leases['ns', 'op'].resource_version
+        time.sleep(2 * RENEW)  # the operator's loop is stuck, e.g. behind CPU-bound handlers
+        assert store.leases['ns', 'op'].resource_version != version  # renewed meanwhile, in its own thread
+        assert gate.active and gate.admits('k')
+        gate.check_write()  # no fence has struck
+    finally:
+        await peers.release()
+
+
 # Shards.
 
 async def test_members_converge_to_one_owner_per_object_and_never_two(start):
@@ -385,12 +408,8 @@ async def test_forbidden_lease_verbs_stop_the_replica_naming_the_verb(start, sto
 
 # The entry point.
 
-class Info:
-    default_namespace = 'ns'
-
-
 class PeeringContext(Context):
-    info = Info()
+    info = ConnectionInfo(server='https://example.invalid', default_namespace='ns')
 
 
 async def test_rbac_is_checked_at_start_naming_every_missing_verb(monkeypatch):
