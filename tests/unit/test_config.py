@@ -103,5 +103,5 @@ def test_peering_standalone_is_kopfs_spelling_of_the_mode():
     peering.mode = 'shards'
     peering.standalone = True
     assert peering.mode == 'standalone'
-    with pytest.raises(ValueError, match="set config.peering.mode to 'ha' or 'shards'"):
+    with pytest.raises(ValueError, match=r"set config\.peering\.mode to 'ha' or 'shards'"):
         peering.standalone = False

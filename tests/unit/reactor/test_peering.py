@@ -332,7 +332,7 @@ async def test_renewals_continue_while_the_handling_keeps_the_event_loop_busy(st
     try:
         await until(lambda: gate.active)
         version = store.leases['ns', 'op'].resource_version
-        time.sleep(2 * RENEW)  # the operator's loop is stuck, e.g. behind CPU-bound handlers
+        time.sleep(2 * RENEW)  # noqa: ASYNC251 -- the operator's loop is stuck, as behind CPU-bound handlers
         assert store.leases['ns', 'op'].resource_version != version  # renewed meanwhile, in its own thread
         assert gate.active and gate.admits('k')
         gate.check_write()  # no fence has struck
