@@ -325,6 +325,7 @@ def test_graceful_rolling_restart_while_objects_are_created_loses_nothing(
         replica.wait(lambda replica=replica: shards_adopted(replica, 3), what="a ring of 3 members")
 
     names: list[str] = []
+    created: list[float] = []
     stop_creating = threading.Event()
 
     def create_continuously() -> None:
@@ -332,23 +333,29 @@ def test_graceful_rolling_restart_while_objects_are_created_loses_nothing(
             name = f'obj-{len(names):03}'
             create_objects(kube, namespace, [name])
             names.append(name)
+            created.append(time.time())
             time.sleep(0.1)
 
     creator = threading.Thread(target=create_continuously, daemon=True)
     creator.start()
+    restarts: list[tuple[float, float]] = []
     try:
         for index in range(3):
             old = current[index]
+            stopping = time.time()
             assert old.stop() == 0, old.output
             assert 'Left the shards' in old.output
             new = replicas('--shards', **env)
             new.wait(lambda new=new: shards_adopted(new, 3), what="the new replica to join", timeout=20)
+            restarts.append((stopping, time.time()))
             current[index] = new
+        time.sleep(0.5)  # objects created right after the last hand-over, too
     finally:
         stop_creating.set()
         creator.join()
 
-    assert len(names) >= 30
+    for begin, end in restarts:  # objects were being created during every step of the rolling restart
+        assert any(begin <= moment <= end for moment in created), (begin, end, created)
     wait_for(lambda: witness.finished(names), timeout=60, what="all objects to be handled")
     assert finished(kube, namespace) == set(names)
     calls = calls_of(tmp_path / 'calls.jsonl')
