@@ -29,6 +29,14 @@ and that is the only way daemons start and stop:
 * the object is gone (``DELETED``): its daemons are asked to stop, and the
   keeper forgets the object.
 
+With replicas (``--ha``/``--shards``, :mod:`~kopf.reactor.fencing`), events
+reach the keeper only for the objects that this replica may handle, so
+daemons start only there; and since an object that moves to another replica
+sends no more events here, the keeper checks its objects against the gate
+every :data:`PATROL_INTERVAL` and stops the daemons of those that are not
+its own any more (``OPERATOR_PAUSING``). At the exit, a replica stops its
+daemons before it gives up its Lease.
+
 Memory: the keeper holds an entry for an object only while a daemon of it
 runs (or stops), or has finished for good (so that it is not started
 again). The entry holds the object's latest body -- the live view that its
@@ -126,6 +134,9 @@ logger = logging.getLogger('kopf.reactor.daemons')
 
 Patcher = Callable[[Body, Patch, Logger], Awaitable[None]]
 
+# With replicas: how often to look for objects that this replica may not handle any more.
+PATROL_INTERVAL = 1.0
+
 # While daemons of an object being deleted are stopping, the cycle checks again this soon at first,
 # then less and less often (as long as they have been stopping), at most every cancellation_polling.
 MIN_RECHECK = 1.0
@@ -136,10 +147,22 @@ class Daemons:
     The daemons and timers of one watched resource, by object; a stage of the handling cycle.
 
     ``patcher`` applies the patches (and results) of the calls to an object.
+    ``permit`` (with replicas: by object key) says whether this replica may
+    handle an object now; the daemons of objects that it may not handle any
+    more are stopped (``OPERATOR_PAUSING``) within :data:`PATROL_INTERVAL`,
+    since their events no longer come here.
     """
 
-    def __init__(self, *, patcher: Patcher, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+            self,
+            *,
+            patcher: Patcher,
+            permit: Callable[[str], bool] | None = None,
+            clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self._patcher = patcher
+        self._permit = permit
+        self._patrol: asyncio.Task[None] | None = None
         self._clock = clock
         self._objects: dict[str, _Object] = {}
         self._runners: set[_Runner] = set()  # every runner not yet ended, also of forgotten objects
@@ -203,6 +226,9 @@ class Daemons:
     async def close(self, *, timeout: float) -> None:
         """At the operator's exit: stop all daemons and timers, within ``timeout`` seconds for all of them."""
         self._closed = True
+        if self._patrol is not None:
+            self._patrol.cancel()
+            await asyncio.gather(self._patrol, return_exceptions=True)
         for obj in list(self._objects.values()):
             self._stop(obj, DaemonStoppingReason.OPERATOR_EXITING)
         runners = [runner for runner in self._runners if runner.running]
@@ -239,6 +265,20 @@ class Daemons:
         runner.task.add_done_callback(functools.partial(self._ended, runner))
         obj.runners[handler.id] = runner
         self._runners.add(runner)
+        if self._permit is not None and self._patrol is None:
+            self._patrol = asyncio.create_task(self._patrol_permits(self._permit), name='kopf daemons patrol')
+
+    async def _patrol_permits(self, permit: Callable[[str], bool]) -> None:
+        """With replicas: stop the daemons of the objects that another replica (or none) handles now."""
+        while True:
+            await asyncio.sleep(PATROL_INTERVAL)
+            for obj in list(self._objects.values()):
+                if not permit(obj.key):
+                    del self._objects[obj.key]
+                    if obj.runners:
+                        obj.logger.info("This replica does not handle the object any more; "
+                                        "stopping its daemons and timers.")
+                    self._stop(obj, DaemonStoppingReason.OPERATOR_PAUSING)
 
     def _ended(self, runner: _Runner, task: asyncio.Task[None]) -> None:
         self._runners.discard(runner)

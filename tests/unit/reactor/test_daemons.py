@@ -697,6 +697,30 @@ async def test_the_operators_exit_stops_every_daemon_within_the_exit_timeout(clu
     release.set()
 
 
+async def test_with_replicas_the_daemons_stop_once_the_object_is_not_this_replicas_any_more(
+        cluster, registry, monkeypatch):
+    monkeypatch.setattr('kopf.reactor.daemons.PATROL_INTERVAL', 0.05)
+    ours = {'uid1'}
+    cluster.keeper = Daemons(patcher=cluster._patch, permit=lambda key: key in ours)
+    log = []
+
+    @kopf.daemon(*RESOURCE, registry=registry)
+    async def monitor(stopped, **_):
+        log.append('start')
+        await stopped.wait()
+        log.append(stopped.reason)
+
+    await cluster.event('ADDED')
+    await eventually(lambda: log == ['start'])
+    ours.clear()  # handed over: its events do not come here any more
+    await eventually(lambda: log == ['start', DaemonStoppingReason.OPERATOR_PAUSING])
+    assert len(cluster.keeper) == 0
+    ours.add('uid1')  # back again: its events (a fresh listing) start it anew
+    await cluster.event()
+    await eventually(lambda: log[-1] == 'start' and len(log) == 3)
+    await cluster.keeper.close(timeout=0.3)
+
+
 async def test_nothing_of_an_object_is_kept_once_it_is_gone(cluster, registry):
     bodies = []
 
