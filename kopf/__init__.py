@@ -38,7 +38,7 @@ from kopf.errors import (
     PermanentError,
     TemporaryError,
 )
-from kopf.on import execute, register, subhandler
+from kopf.on import daemon, execute, register, subhandler, timer
 from kopf.reactor import lifecycles
 from kopf.reactor.causation import Reason
 from kopf.reactor.filters import ABSENT, PRESENT, all_, any_, none_, not_
@@ -188,6 +188,7 @@ __all__ = [
     'build_object_reference',
     'build_owner_reference',
     'configure',
+    'daemon',
     'event',
     'exception',
     'execute',
@@ -217,5 +218,6 @@ __all__ = [
     'set_default_registry',
     'spawn_tasks',
     'subhandler',
+    'timer',
     'warn',
 ]

@@ -276,6 +276,32 @@ class PeeringConfig:
                 f"lease_duration={self.lease_duration}.")
 
 
+@dataclasses.dataclass
+class BackgroundConfig:
+    """
+    Daemons and timers (Kopf's ``settings.background``): how their stops are waited for.
+
+    ``cancellation_polling`` (seconds): a daemon that is asked to stop but has
+    no ``cancellation_timeout`` of its own is waited for without limit; it is
+    reported this often while it is still running (a daemon's own
+    ``cancellation_polling=`` wins). ``instant_exit_timeout`` (seconds): when
+    an object's daemons are asked to stop, the handling of the event waits
+    this long for them to exit at once, so that a deletion completes in the
+    same handling cycle; ``None`` waits only for
+    ``instant_exit_zero_time_cycles`` turns of the event loop (enough for
+    ``async`` daemons that wait on ``stopped``, rarely for threads).
+    ``exit_timeout`` (seconds): at the operator's exit, how long all daemons
+    and timers together get to stop (their own cancellation options apply
+    within it); then those left are cancelled, and threads are left to end
+    with the process.
+    """
+
+    cancellation_polling: float = 60.0
+    instant_exit_timeout: float | None = 0.5
+    instant_exit_zero_time_cycles: int = 10
+    exit_timeout: float = 5.0
+
+
 class OperatorConfig:
     """All settings of one operator; ``kopf.OperatorSettings`` is the same class."""
 
@@ -288,6 +314,7 @@ class OperatorConfig:
         self.execution = ExecutionConfig()
         self.admission = AdmissionConfig()
         self.probing = ProbingConfig()
+        self.background = BackgroundConfig()
         self.peering = PeeringConfig()
 
 

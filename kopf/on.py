@@ -21,7 +21,9 @@ from kopf.reactor.registries import (
     ActivityHandler,
     AdmissionHandler,
     ChangingHandler,
+    DaemonHandler,
     OperatorRegistry,
+    TimerHandler,
     WatchingHandler,
     default_id,
     field_id,
@@ -39,6 +41,8 @@ ActivityDecorator = Decorator[Callable[..., Any]]
 ChangingDecorator = Decorator[Callable[..., Any]]
 WatchingDecorator = Decorator[Callable[..., Any]]
 WebhookDecorator = Decorator[Callable[..., Any]]
+DaemonDecorator = Decorator[Callable[..., Any]]
+TimerDecorator = Decorator[Callable[..., Any]]
 
 register = subhandling.register
 execute = subhandling.execute
@@ -241,6 +245,93 @@ def event(
     return decorator
 
 
+def daemon(
+        *resource: str | Marker,
+        id: str | None = None,
+        param: Any = None,
+        errors: ErrorsMode | None = None,
+        timeout: float | None = None,
+        retries: int | None = None,
+        backoff: float | None = None,
+        initial_delay: float | Callable[..., float] | None = None,
+        cancellation_backoff: float | None = None,
+        cancellation_timeout: float | None = None,
+        cancellation_polling: float | None = None,
+        labels: MetaFilter | None = None,
+        annotations: MetaFilter | None = None,
+        when: WhenFilter | None = None,
+        optional: bool = False,
+        registry: OperatorRegistry | None = None,
+) -> Decorator[F]:
+    """
+    Runs beside every matching object for as long as it exists and matches; see :doc:`daemons`.
+
+    The function receives ``stopped`` (check it, or sleep with
+    ``stopped.wait(seconds)``) and is asked to stop when the object is being
+    deleted, stops matching the filters, or the operator exits. A daemon
+    that returns is not started again for that object; one that raises is
+    retried per ``errors=``, ``backoff=``, ``retries=``, ``timeout=``.
+    """
+    selector = Selector.from_args(*resource)
+    _check_policy(retries=retries, timeout=timeout, backoff=backoff)
+    _check_seconds(initial_delay=initial_delay, cancellation_backoff=cancellation_backoff,
+                   cancellation_timeout=cancellation_timeout)
+    if cancellation_polling is not None and not cancellation_polling > 0:
+        raise ValueError(f"cancellation_polling= must be a positive number of seconds, got {cancellation_polling!r}.")
+
+    def decorator(fn: F) -> F:
+        handler = DaemonHandler(
+            fn=fn, id=HandlerId(id if id is not None else default_id(fn)), param=param, errors=errors,
+            timeout=timeout, retries=retries, backoff=backoff, initial_delay=initial_delay, optional=optional,
+            cancellation_backoff=cancellation_backoff, cancellation_timeout=cancellation_timeout,
+            cancellation_polling=cancellation_polling, labels=labels, annotations=annotations, when=when)
+        _registry(registry).register_spawning_handler(selector, handler)
+        return fn
+    return decorator
+
+
+def timer(
+        *resource: str | Marker,
+        id: str | None = None,
+        param: Any = None,
+        errors: ErrorsMode | None = None,
+        timeout: float | None = None,
+        retries: int | None = None,
+        backoff: float | None = None,
+        interval: float | None = None,
+        initial_delay: float | Callable[..., float] | None = None,
+        sharp: bool | None = None,
+        idle: float | None = None,
+        labels: MetaFilter | None = None,
+        annotations: MetaFilter | None = None,
+        when: WhenFilter | None = None,
+        optional: bool = False,
+        registry: OperatorRegistry | None = None,
+) -> Decorator[F]:
+    """
+    Called every ``interval`` seconds for every matching object, as long as it exists; see :doc:`daemons`.
+
+    ``idle``: only once the object has not changed for that many seconds;
+    ``sharp``: the interval counts from the start of the previous call;
+    ``initial_delay``: the first call not before that many seconds. Without
+    an ``interval``, it is called once per object. Calls never overlap.
+    """
+    selector = Selector.from_args(*resource)
+    _check_policy(retries=retries, timeout=timeout, backoff=backoff)
+    _check_seconds(initial_delay=initial_delay, idle=idle)
+    if interval is not None and not interval > 0:
+        raise ValueError(f"interval= must be a positive number of seconds, got {interval!r}.")
+
+    def decorator(fn: F) -> F:
+        handler = TimerHandler(
+            fn=fn, id=HandlerId(id if id is not None else default_id(fn)), param=param, errors=errors,
+            timeout=timeout, retries=retries, backoff=backoff, initial_delay=initial_delay, optional=optional,
+            interval=interval, idle=idle, sharp=bool(sharp), labels=labels, annotations=annotations, when=when)
+        _registry(registry).register_spawning_handler(selector, handler)
+        return fn
+    return decorator
+
+
 def validate(
         *resource: str,
         id: str | None = None,
@@ -328,6 +419,14 @@ def _check_policy(*, retries: int | None, timeout: float | None, backoff: float 
         raise ValueError(f"timeout= must not be negative, got {timeout}.")
     if backoff is not None and backoff < 0:
         raise ValueError(f"backoff= must not be negative, got {backoff}.")
+
+
+def _check_seconds(**values: float | Callable[..., float] | None) -> None:
+    for name, value in values.items():
+        if value is None or callable(value):
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise ValueError(f"{name}= must be a number of seconds >= 0, got {value!r}.")
 
 
 def _activity(

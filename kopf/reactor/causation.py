@@ -10,8 +10,9 @@ The event and the object                               The cause
 the watch says the object is deleted (``DELETED``)     ``GONE``
 deletion requested, our finalizer is on it             ``DELETE``
 deletion requested, no finalizer of ours               ``NOOP`` [1]_
+no change handlers, daemons or timers for the resource ``NOOP``
+a handler needs our finalizer, it is not there [3]_    ``FINALIZER``
 no change handlers for the resource                    ``NOOP``
-a delete handler needs our finalizer, it is not there  ``FINALIZER``
 never handled (no diff-base)                           ``CREATE``
 the essence differs from the diff-base                 ``UPDATE`` [2]_
 resuming (see below)                                   ``RESUME``
@@ -21,6 +22,8 @@ otherwise                                              ``NOOP``
 .. [1] Without our finalizer the object may vanish at any moment: nothing
    can be done reliably, so nothing is tried.
 .. [2] With the resume handlers joining, if resuming.
+.. [3] A (non-optional) delete handler, daemon or timer that is interested
+   in the object.
 
 **Resuming** is explicit in the cause (:attr:`Cause.resuming`): an object
 that was handled before is resuming on its first sight since the operator
@@ -102,6 +105,7 @@ async def detect(
         finalizer: str,
         first_seen: bool,
         handled: bool,
+        guarded: bool = False,
         resume_ids: Collection[HandlerId],
         requires_finalizer: Callable[[Essences], bool],
         persistence: Persistence,
@@ -109,7 +113,9 @@ async def detect(
     """
     Decide the cause of a handling cycle (see the module's rules).
 
-    ``handled``: whether the resource has change handlers at all.
+    ``handled``: whether the resource has change handlers at all;
+    ``guarded``: whether it has other handlers that may need our finalizer
+    (daemons, timers).
     ``requires_finalizer``: whether a delete handler is interested in the
     object (its filters may look at the essences). ``first_seen``: whether
     this is the first event of the object since the operator started.
@@ -120,11 +126,14 @@ async def detect(
         if not finalizers.is_deletion_blocked(body, finalizer):
             return Cause(Reason.NOOP, deleting=True)
         return Cause(Reason.DELETE, essences=await persistence.essences(), deleting=True)
-    if not handled:
+    if not handled and not guarded:
         return Cause(Reason.NOOP)
     essences = await persistence.essences()
     if not finalizers.is_deletion_blocked(body, finalizer) and requires_finalizer(essences):
-        return Cause(Reason.FINALIZER, essences=essences, resuming=essences.old is not None and first_seen)
+        return Cause(Reason.FINALIZER, essences=essences,
+                     resuming=handled and essences.old is not None and first_seen)
+    if not handled:
+        return Cause(Reason.NOOP, essences=essences)
     if essences.old is None:
         return Cause(Reason.CREATE, essences=essences)
     resuming = first_seen or await persistence.holds_any(resume_ids)

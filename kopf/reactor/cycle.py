@@ -95,9 +95,12 @@ today; indexes, daemons and timers) are **stages**: functions of the shape
 :class:`Stage`, listed in :data:`STAGES` or given to :func:`handle_object` as
 ``stages=`` (for kinds that need per-operator state, e.g. running daemons).
 A stage sees the cause (so a daemon can stop on ``GONE`` or deletion) and
-the typed arguments of the object, and may ask for a wake-up delay (a
-timer's next tick); the cycle sleeps for the soonest of all delays. Kinds
-with persisted progress of their own plug into :data:`ACTIONS` instead.
+the typed arguments of the object, and may ask for a wake-up delay; the
+cycle sleeps for the soonest of all delays. A stage that answers
+:class:`Holding` also keeps our finalizer on an object being deleted until
+it answers otherwise (daemons that are still stopping): the delete handlers
+run meanwhile, and their progress is kept, not concluded. Kinds with
+persisted progress of their own plug into :data:`ACTIONS` instead.
 """
 from __future__ import annotations
 
@@ -148,6 +151,13 @@ class HandlingResult:
     extras: tuple[str, ...] = ()
 
 
+@dataclasses.dataclass(frozen=True)
+class Holding:
+    """A stage's answer: the object may not be released for deletion yet; come back in ``delay`` seconds."""
+
+    delay: float
+
+
 class Stage(Protocol):
     """Something done on every event of an object, whatever its cause; may ask for a wake-up in N seconds."""
 
@@ -157,7 +167,7 @@ class Stage(Protocol):
             resource: ResourceKey,
             cause: Cause,
             arguments: Arguments,
-    ) -> float | None: ...
+    ) -> float | Holding | None: ...
 
 
 async def run_event_handlers(
@@ -189,6 +199,7 @@ class _Cycle:
     lifecycle: lifecycles.LifeCycleFn
     clock: Clock
     results: dict[HandlerId, Any]
+    holding: bool = False  # a stage keeps the object from being released for deletion
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,7 +252,7 @@ async def _handle_changes(cycle: _Cycle, cause: Cause) -> _Verdict:
         executor=cycle.config.execution.executor, logger=logger, clock=cycle.clock, results=cycle.results)
     outcome = await scheduling.run_cause(handlers, batch=batch)
     state = outcome.state
-    if not state.done:
+    if not state.done or (cause.reason == Reason.DELETE and cycle.holding):
         for handler_id, record in state.changes.items():
             await cycle.persistence.keep(handler_id, record)
         return _Verdict(done=False, delay=scheduling.STALL_DELAY if outcome.stalled else state.delay)
@@ -298,17 +309,22 @@ async def handle_object(
     handled = registry.has_changing_handlers(resource)
     cause = await causation.detect(
         event_type=event_type, body=body, finalizer=config.persistence.finalizer, first_seen=first_seen,
-        handled=handled, resume_ids=selection.resume_ids(registry, resource),
+        handled=handled, guarded=registry.has_spawning_handlers(resource),
+        resume_ids=selection.resume_ids(registry, resource),
         requires_finalizer=functools.partial(selection.requires_finalizer, registry, resource,
                                              arguments=arguments, logger=logger),
         persistence=storage)
 
     delays: list[float] = []
+    holding = False
     observed = arguments.with_event(EventArguments(type=event_type, raw=body.raw))
     for stage in stages:
-        delay = await stage(registry, resource, cause, observed)
-        if delay is not None:
-            delays.append(delay)
+        answer = await stage(registry, resource, cause, observed)
+        if isinstance(answer, Holding):
+            holding = True
+            delays.append(answer.delay)
+        elif answer is not None:
+            delays.append(answer)
 
     if cause.reason != Reason.GONE and (handled or cause.reason == Reason.DELETE):
         logger.debug("Handling cycle for %s: %s.", body.describe(), cause.reason.value)
@@ -317,7 +333,7 @@ async def handle_object(
                                                         diff=cause.diff))
     cycle = _Cycle(registry=registry, resource=resource, config=config, persistence=storage,
                    arguments=arguments, lifecycle=lifecycle or lifecycles.get_default_lifecycle(),
-                   clock=clock, results={})
+                   clock=clock, results={}, holding=holding)
     verdict = await ACTIONS[cause.reason](cycle, cause)
     essential = await storage.commit()
     if verdict.delay is not None:

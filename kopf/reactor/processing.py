@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import MutableSet
+from collections.abc import MutableSet, Sequence
 from typing import Any
 
 import aiohttp
@@ -50,6 +50,7 @@ class ResourceWatch:
     config: OperatorConfig
     memo: Any
     seen: MutableSet[str] = dataclasses.field(default_factory=set)  # objects seen since the start
+    stages: Sequence[cycle.Stage] = cycle.STAGES  # what runs on every event (e.g. the resource's daemons)
 
 
 async def process_event(watch: ResourceWatch, raw_event: RawEvent, woken_up: bool) -> ProcessingOutcome:
@@ -70,7 +71,8 @@ async def process_event(watch: ResourceWatch, raw_event: RawEvent, woken_up: boo
 
     result = await cycle.handle_object(
         registry=watch.registry, config=watch.config, resource=watch.selector,
-        event_type=raw_event.get('type'), body=body, first_seen=first_seen, memo=watch.memo, logger=logger)
+        event_type=raw_event.get('type'), body=body, first_seen=first_seen, memo=watch.memo, logger=logger,
+        stages=watch.stages)
     if not result.patch:
         return ProcessingOutcome(delay=result.delay)
     return await _send(watch, body=body, patch=result.patch, delay=result.delay, logger=logger,

@@ -97,6 +97,59 @@ class WatchingHandler(ResourceHandler):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class SpawningHandler(ResourceHandler):
+    """
+    A handler that runs beside an object for as long as the object exists and matches: a daemon or a timer.
+
+    ``initial_delay`` (seconds, or a function of the handler's keyword
+    arguments that returns them) postpones its first start for each object.
+    Unless ``optional``, our finalizer holds the object's deletion until it
+    has stopped.
+    """
+
+    initial_delay: float | Callable[..., float] | None = None
+    optional: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DaemonHandler(SpawningHandler):
+    """
+    A daemon: one long-running call per object, asked to stop through its ``stopped`` flag.
+
+    When asked to stop, it gets ``cancellation_backoff`` seconds to exit on
+    its own; then an ``async`` daemon is cancelled, and after
+    ``cancellation_timeout`` more seconds it is abandoned (with a warning) so
+    that the object's deletion can proceed. Without a timeout it is waited for,
+    and reported every ``cancellation_polling`` seconds.
+    """
+
+    cancellation_backoff: float | None = None
+    cancellation_timeout: float | None = None
+    cancellation_polling: float | None = None
+
+    def __str__(self) -> str:
+        return f"Daemon {self.id!r}"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TimerHandler(SpawningHandler):
+    """
+    A timer: called every ``interval`` seconds per object (once, if there is no interval).
+
+    With ``idle``, only once the object has not changed for that many
+    seconds; with ``sharp``, the interval counts from the start of the
+    previous call rather than from its end.
+    """
+
+    interval: float | None = None
+    idle: float | None = None
+    sharp: bool = False
+
+    def __str__(self) -> str:
+        return f"Timer {self.id!r}"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class AdmissionHandler(ResourceHandler):
     """
     A validating or mutating admission handler: called by the API server before it stores a change.
@@ -165,6 +218,7 @@ class OperatorRegistry:
         self._changing: dict[Selector, list[ChangingHandler]] = {}
         self._watching: dict[Selector, list[WatchingHandler]] = {}
         self._admission: dict[Selector, list[AdmissionHandler]] = {}
+        self._spawning: dict[Selector, list[SpawningHandler]] = {}
 
     # Registration.
 
@@ -195,6 +249,15 @@ class OperatorRegistry:
                     f"({existing.fn!r} and {handler.fn!r}); pass a unique id= to one of them.")
         handlers.append(handler)
 
+    def register_spawning_handler(self, selector: Selector, handler: SpawningHandler) -> None:
+        handlers = self._spawning.setdefault(selector, [])
+        for existing in handlers:
+            if existing.id == handler.id:
+                raise DuplicateHandlerError(
+                    f"Two daemons or timers for {selector} share the id {handler.id!r} "
+                    f"({existing} {existing.fn!r} and {handler} {handler.fn!r}); pass a unique id= to one of them.")
+        handlers.append(handler)
+
     def register_admission_handler(self, selector: Selector, handler: AdmissionHandler) -> None:
         # The id is the webhook's URL path and name: one id is one function, even across resources.
         for _, existing in self.iter_admission_handlers():
@@ -210,7 +273,7 @@ class OperatorRegistry:
     @property
     def selectors(self) -> tuple[Selector, ...]:
         """All resources with handlers, in the order of their first registration."""
-        return tuple(dict.fromkeys([*self._changing, *self._watching]))
+        return tuple(dict.fromkeys([*self._changing, *self._watching, *self._spawning]))
 
     @property
     def admission_selectors(self) -> tuple[Selector, ...]:
@@ -255,6 +318,13 @@ class OperatorRegistry:
 
     def has_changing_handlers(self, resource: ResourceKey) -> bool:
         return bool(self.get_all_changing_handlers(resource))
+
+    def get_spawning_handlers(self, resource: ResourceKey) -> list[SpawningHandler]:
+        """The daemons and timers of a resource, in their registration order."""
+        return list(_unique(self._select(self._spawning, resource)))
+
+    def has_spawning_handlers(self, resource: ResourceKey) -> bool:
+        return bool(self.get_spawning_handlers(resource))
 
     def get_extra_fields(self, resource: ResourceKey) -> list[dicts.FieldPath]:
         """

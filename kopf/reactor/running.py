@@ -21,7 +21,7 @@ from kopf.clients import auth, discovery, events, watching
 from kopf.clients.auth import APIContext
 from kopf.config import OperatorConfig
 from kopf.engines import posting, probing
-from kopf.reactor import activities, fencing, peering, probes, processing, queueing, serving
+from kopf.reactor import activities, cycle, daemons, fencing, peering, probes, processing, queueing, serving
 from kopf.reactor.registries import Activity, OperatorRegistry, get_default_registry
 from kopf.structs.credentials import ConnectionInfo
 from kopf.structs.ephemera import Memo
@@ -317,10 +317,13 @@ async def _watch_all(
     gate = peers.gate if peers is not None else None
     watch_stop = stop if peers is None else asyncio.Event()  # with peers: only after stepping down
     handling_context = context if gate is None else fencing.FencedAPIContext(context, gate)
+    keepers: list[daemons.Daemons] = []  # the daemons and timers of every watch, stopped at exit
     watchers = [
         asyncio.create_task(_watch_one(
             processing.ResourceWatch(context=handling_context, resource=resource, selector=selector,
-                                     registry=registry, config=config, memo=memo),
+                                     registry=registry, config=config, memo=memo,
+                                     stages=_stages(registry, selector, resource, handling_context, keepers,
+                                                    gate=gate)),
             namespace=namespace if resource.namespaced else None, stop=watch_stop, gate=gate))
         for selector, resource in resources.items()
         for namespace in (namespaces if resource.namespaced else (None,))
@@ -329,10 +332,13 @@ async def _watch_all(
         health.watching(watchers)
     if ready_flag is not None:
         ready_flag.set()
+    closing: asyncio.Task[Any] | None = None
     try:
         stopped = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait([stopped, *watchers], return_when=asyncio.FIRST_COMPLETED)
+        closing = _close_daemons(keepers, config)  # they stop while the watchers wind down
         if peers is not None:
+            await asyncio.wait([closing])  # the next owner must not start them while ours still run
             await peers.step_down(timeout=config.batching.exit_timeout)
         stop.set()
         watch_stop.set()
@@ -344,10 +350,40 @@ async def _watch_all(
     finally:
         for task in watchers:
             task.cancel()
+        await asyncio.gather(*watchers, return_exceptions=True)
+        await (closing or _close_daemons(keepers, config))
         logging.getLogger('kopf.objects').removeHandler(handler)
         await _drain(queue, timeout=1.0)
         poster.cancel()
         await asyncio.gather(poster, return_exceptions=True)
+
+
+def _stages(
+        registry: OperatorRegistry,
+        selector: Selector,
+        resource: Resource,
+        context: APIContext,
+        keepers: list[daemons.Daemons],
+        *,
+        gate: fencing.Gate | None,
+) -> tuple[cycle.Stage, ...]:
+    """What runs on every event of the resource: the event handlers, and its daemons and timers if it has any."""
+    if not registry.has_spawning_handlers(selector):
+        return cycle.STAGES
+    keeper = daemons.Daemons(patcher=functools.partial(daemons.patch_object, context=context, resource=resource),
+                             permit=gate.admits if gate is not None else None)
+    keepers.append(keeper)
+    return (*cycle.STAGES, keeper)
+
+
+def _close_daemons(keepers: list[daemons.Daemons], config: OperatorConfig) -> asyncio.Task[Any]:
+    timeout = config.background.exit_timeout
+    return asyncio.create_task(_gather(*(keeper.close(timeout=timeout) for keeper in keepers)),
+                               name='kopf stopping daemons')
+
+
+async def _gather(*aws: Any) -> None:
+    await asyncio.gather(*aws)
 
 
 async def _watch_one(

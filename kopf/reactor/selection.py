@@ -76,7 +76,12 @@ def requires_finalizer(
         arguments: Arguments,
         logger: Logger,
 ) -> bool:
-    """Whether a (non-optional) delete handler is interested in the object, so that our finalizer must hold it."""
+    """
+    Whether a (non-optional) delete handler, daemon or timer is interested in the object.
+
+    If so, our finalizer must hold the object's deletion: until the delete
+    handlers have run, and the daemons and timers have stopped.
+    """
     cause = CauseArguments(reason=Reason.DELETE, old=essences.old, new=essences.new, diff=essences.diff)
     try:
         return any(
@@ -84,9 +89,14 @@ def requires_finalizer(
                                kwargs=arguments.with_cause(cause).for_handler(handler).render())
             for handler in registry.get_changing_handlers(resource, Reason.DELETE)
             if not handler.optional
+        ) or any(
+            registries.matches(handler, body=_body(arguments), kwargs=arguments.for_handler(handler).render())
+            for handler in registry.get_spawning_handlers(resource)
+            if not handler.optional
         )
     except Exception:
-        logger.exception("A filter of the delete handlers has failed; assuming the finalizer is needed.")
+        logger.exception("A filter of the delete handlers, daemons or timers has failed; "
+                         "assuming the finalizer is needed.")
         return True
 
 

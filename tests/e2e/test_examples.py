@@ -435,3 +435,22 @@ def test_08_embedding(api: KubeAPI, namespace: str, run_example: Callable[..., O
     assert "Stop requested; stopping gracefully." in output
     assert "The operator has exited; 1 object(s) handled. Bye." in output
     assert "objects handled: 1." in output  # the application's own task saw the handler's memo
+
+
+def test_09_daemons(api: KubeAPI, namespace: str, run_example: Callable[..., Operator]) -> None:
+    operator = run_example('09-daemons')
+    create_obj(api, namespace)
+    path = f"{collection(namespace)}/{NAME}"
+
+    operator.wait_for_output(f"{NAME}: the field is 'value'.")
+    operator.wait(lambda: (api.get(path).get('status') or {}).get('beats', 0) >= 2, what="two heartbeats")
+    assert api.get(path)['metadata']['finalizers'] == [FINALIZER]
+    api.patch(path, {'spec': {'field': 'changed'}})
+    operator.wait_for_output(f"{NAME}: the field is 'changed'.")  # the daemon's spec is live
+
+    api.delete(path)
+    operator.wait_for_output(f"{NAME}: the monitor has stopped (RESOURCE_DELETED).")
+    assert api.find(path) is not None  # the threaded daemon still tidies up
+    operator.wait(lambda: api.find(path) is None, what="the object to be gone")
+    assert f"{NAME}: tidied up after RESOURCE_DELETED." in operator.output
+    assert operator.stop() == 0

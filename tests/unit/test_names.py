@@ -159,25 +159,18 @@ KOPF_ON_NAMES = {
 }
 
 ADMISSION = 'admission webhooks (kopf.on.validate/mutate, webhook servers and tunnels)'
-DAEMONS = 'daemons and timers (built on the redesigned handling cycle)'
 INDEXES = 'in-memory indexes (built on the redesigned handling cycle)'
 LOGIN = 'the login helpers for other Kubernetes clients (kopf.clients.auth)'
 PERSISTENCE = "the typed storages and Kopf's own state (kopf.storage)"
 
 # Names delivered by parallel work, by the feature they belong to.
 PENDING = {
-    'daemon': DAEMONS,
-    'timer': DAEMONS,
     'index': INDEXES,
     'Index': INDEXES,
     'Store': INDEXES,
     'AiohttpSession': LOGIN + ': a custom aiohttp session for the API client',
 }
 PENDING_ON = {
-    'daemon': DAEMONS,
-    'timer': DAEMONS,
-    'DaemonDecorator': DAEMONS,
-    'TimerDecorator': DAEMONS,
     'index': INDEXES,
     'IndexingDecorator': INDEXES,
 }

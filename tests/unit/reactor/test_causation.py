@@ -31,11 +31,11 @@ def make_body(*, deleting=False, finalizers=(), handled=True, changed=False, res
 
 
 async def detect_for(*, event_type='MODIFIED', first_seen=False, has_handlers=True, requires_finalizer=False,
-                     **body_options):
+                     has_daemons=False, **body_options):
     body = make_body(**body_options)
     storage = Persistence(progress=SmartProgressStorage(), diffbase=AnnotationsDiffBaseStorage(), body=body)
     return await detect(event_type=event_type, body=body, finalizer=FINALIZER, first_seen=first_seen,
-                        handled=has_handlers, resume_ids=[RESUME],
+                        handled=has_handlers, guarded=has_daemons, resume_ids=[RESUME],
                         requires_finalizer=lambda essences: requires_finalizer, persistence=storage)
 
 
@@ -69,6 +69,18 @@ async def test_a_resource_without_change_handlers_has_nothing_to_do():
     cause = await detect_for(has_handlers=False, handled=False)
     assert cause.reason == Reason.NOOP
     assert cause.essences is None
+
+
+async def test_a_resource_with_only_daemons_or_timers_needs_only_the_finalizer():
+    first = await detect_for(has_handlers=False, has_daemons=True, requires_finalizer=True, handled=False,
+                             first_seen=True)
+    assert first.reason == Reason.FINALIZER
+    assert not first.resuming  # nothing to resume without change handlers
+    later = await detect_for(has_handlers=False, has_daemons=True, requires_finalizer=True, handled=False,
+                             finalizers=[FINALIZER])
+    assert later.reason == Reason.NOOP  # never a create: no diff-base is stored for daemons
+    deleted = await detect_for(has_handlers=False, has_daemons=True, finalizers=[FINALIZER], deleting=True)
+    assert deleted.reason == Reason.DELETE
 
 
 async def test_missing_but_required_finalizer_goes_first():

@@ -582,6 +582,34 @@ async def test_stages_see_every_event_with_its_cause_and_may_ask_for_a_wake_up(s
     assert gone.delay == 30.0
 
 
+async def test_a_holding_stage_keeps_the_finalizer_and_the_delete_handlers_progress(server, registry, config):
+    calls = []
+    kopf.on.delete(*RESOURCE, id='cleanup', registry=registry)(make_handler(calls, 'cleanup'))
+    holding = [True]
+
+    async def stage(registry, resource, cause, arguments):
+        return cycle_module.Holding(delay=7.0) if holding[0] else None
+
+    async def cycle():
+        result = await handle_object(registry=registry, config=config, resource=SELECTOR, event_type='MODIFIED',
+                                     body=server.body, first_seen=False, memo=None, logger=logger,
+                                     stages=[*cycle_module.STAGES, stage])
+        server._apply(json.loads(json.dumps(result.patch)))
+        return result
+
+    await cycle()  # the finalizer
+    await cycle()  # created
+    server.change({'metadata': {'deletionTimestamp': '2020-01-01T00:00:00Z'}})
+    held = await cycle()
+    assert held.cause == 'delete' and not held.done and held.delay == 7.0
+    assert FINALIZER in server.raw['metadata']['finalizers']
+    assert json.loads(server.annotations['kopf.zalando.org/cleanup'])['success'] is True
+    holding[0] = False
+    released = await cycle()
+    assert released.done and server.gone
+    assert names(calls) == ['cleanup']
+
+
 # Memory.
 
 async def test_nothing_of_a_cycle_outlives_it(server, registry):
