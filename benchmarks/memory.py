@@ -1,0 +1,222 @@
+"""
+Benchmark: what holds memory per handled object in this framework's operator.
+
+Runs the side-by-side benchmark's operator file under this framework on the
+local control plane, in a process of its own with ``tracemalloc`` on, and
+takes three snapshots of it: *ready* (a warm-up object handled, idle), *peak*
+(right after the last of N objects is fully handled) and *idle* (after the
+per-object workers have ended). Prints, for peak and idle against ready, the
+source lines that hold the most memory (bytes and blocks per handled object),
+the live objects by type (an objgraph-style census through ``gc``), the open
+file descriptors (mostly HTTP connections), the asyncio tasks, and the
+resident memory — of which ``tracemalloc`` sees only the Python allocations,
+not those of C libraries such as OpenSSL.
+
+Run from the repository root::
+
+    .venv/bin/python -m benchmarks.memory --objects 1000 --handlers 3 [--frames 1] [--top 25]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import gc
+import json
+import linecache
+import os
+import signal
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks import procstats, sidebyside  # noqa: E402
+from tests.e2e.controlplane import ControlPlane  # noqa: E402
+
+SNAPSHOT_DIR_ENV = 'BENCH_MEMORY_SNAPSHOTS'
+
+
+# --------------------------------------------------------------------------------------------- #
+# Inside the operator process
+# --------------------------------------------------------------------------------------------- #
+
+def census() -> dict[str, int]:
+    """Live objects tracked by the garbage collector, by type name."""
+    counts: collections.Counter[str] = collections.Counter()
+    for obj in gc.get_objects():
+        counts[type(obj).__qualname__] += 1
+    return dict(counts)
+
+
+def _dump(directory: Path) -> None:
+    index = len(list(directory.glob('snapshot-*.bin')))
+    gc.collect()
+    tracemalloc.take_snapshot().dump(str(directory / f'snapshot-{index}.bin'))
+    tasks = 0
+    with contextlib.suppress(RuntimeError):
+        tasks = len(asyncio.all_tasks())
+    details = {'census': census(), 'tasks': tasks, 'traced': tracemalloc.get_traced_memory()}
+    (directory / f'snapshot-{index}.json').write_text(json.dumps(details))
+    (directory / f'snapshot-{index}.done').touch()
+
+
+def operator_main(argv: Sequence[str]) -> None:
+    """``kopf run`` of this framework, with tracemalloc on and a snapshot dumped on SIGUSR1."""
+    frames = int(os.environ.get('BENCH_MEMORY_FRAMES', '1'))
+    tracemalloc.start(frames)
+    directory = Path(os.environ[SNAPSHOT_DIR_ENV])
+    signal.signal(signal.SIGUSR1, lambda *_: _dump(directory))
+    from kopf.cli import main
+    main(list(argv), standalone_mode=True)
+
+
+# --------------------------------------------------------------------------------------------- #
+# The driver
+# --------------------------------------------------------------------------------------------- #
+
+async def _snapshot(operator: sidebyside.OperatorProcess, directory: Path, index: int) -> dict[str, Any]:
+    os.kill(operator.pid, signal.SIGUSR1)
+    done = directory / f'snapshot-{index}.done'
+    deadline = time.monotonic() + 300
+    while not done.exists():
+        operator.check_alive("a memory snapshot")
+        if time.monotonic() > deadline:
+            raise sidebyside.BenchmarkError("The operator did not write its memory snapshot within 300s.")
+        await asyncio.sleep(0.2)
+    details: dict[str, Any] = json.loads((directory / f'snapshot-{index}.json').read_text())
+    rss, hwm = procstats.memory(operator.pid)
+    details.update(rss=rss, hwm=hwm, fds=len(os.listdir(f'/proc/{operator.pid}/fd')))
+    return details
+
+
+async def measure(plane: ControlPlane, options: sidebyside.Options, directory: Path,
+                  frames: int) -> list[dict[str, Any]]:
+    framework = sidebyside.Framework(
+        'ours', (sys.executable, '-m', 'benchmarks.memory', '--operator'),
+        tuple({**os.environ, 'PYTHONPATH': str(REPO), SNAPSHOT_DIR_ENV: str(directory),
+               'BENCH_MEMORY_FRAMES': str(frames)}.items()))
+    api = sidebyside.Api(plane.server, plane.ssl_context())
+    namespace = f'memory-{os.getpid()}'
+    assert plane.kubeconfig is not None
+    try:
+        await asyncio.to_thread(sidebyside._apply_crd, plane)
+        await api.ensure_namespace(namespace)
+        operator = sidebyside.OperatorProcess(framework, namespace=namespace, kubeconfig=plane.kubeconfig,
+                                              log=directory / 'operator.log', options=options)
+        try:
+            async with sidebyside.HandledTracker(api, namespace) as tracker:
+                await api.create_objects(namespace, [sidebyside.WARMUP], concurrency=1)
+                handled = await sidebyside.wait_handled(tracker, operator, {sidebyside.WARMUP},
+                                                        stall_timeout=options.startup_timeout,
+                                                        what="the warm-up object")
+                await sidebyside.wait_until_idle(operator, since=handled, settle=options.settle,
+                                                 window=options.quiet_window, timeout=120)
+                snapshots = [await _snapshot(operator, directory, 0)]
+                names = [f'obj-{i:05d}' for i in range(options.objects)]
+                creation = asyncio.create_task(api.create_objects(namespace, names,
+                                                                  concurrency=options.create_concurrency))
+                last = await sidebyside.wait_handled(tracker, operator, set(names),
+                                                     stall_timeout=options.stall_timeout,
+                                                     what="all objects to be fully handled")
+                await creation
+                snapshots.append(await _snapshot(operator, directory, 1))
+                await sidebyside.wait_until_idle(operator, since=last, settle=options.settle,
+                                                 window=options.quiet_window, timeout=600)
+                snapshots.append(await _snapshot(operator, directory, 2))
+            return snapshots
+        finally:
+            operator.stop()
+    finally:
+        await api.remove_namespace(namespace)
+        await api.close()
+
+
+def _where(frame: tracemalloc.Frame) -> str:
+    filename = frame.filename
+    for root in (str(REPO) + os.sep, sys.prefix + os.sep, sys.base_prefix + os.sep):
+        if filename.startswith(root):
+            filename = filename[len(root):]
+            break
+    return f"{filename}:{frame.lineno}"
+
+
+def report_diff(directory: Path, label: str, index: int, objects: int, top: int, key: str) -> None:
+    base = tracemalloc.Snapshot.load(str(directory / 'snapshot-0.bin'))
+    snap = tracemalloc.Snapshot.load(str(directory / f'snapshot-{index}.bin'))
+    stats = snap.compare_to(base, key)
+    total = sum(stat.size_diff for stat in stats)
+    print(f"\n== {label} vs ready: Python allocations {total / 1024 / 1024:+.1f} MB, "
+          f"{total / objects:+.0f} bytes per object; the top {top} by {key}:")
+    for stat in stats[:top]:
+        frame = stat.traceback[0]
+        code = linecache.getline(frame.filename, frame.lineno).strip()[:70]
+        print(f"  {stat.size_diff / objects:>+9.0f} B/obj {stat.count_diff / objects:>+7.2f} blocks/obj  "
+              f"{_where(frame)}  {code}")
+        if key == 'traceback' and len(stat.traceback) > 1:
+            for outer in list(stat.traceback)[1:]:
+                print(f"{'':>40}<- {_where(outer)}")
+
+
+def report_census(snapshots: list[dict[str, Any]], objects: int, top: int) -> None:
+    ready = snapshots[0]['census']
+    for label, snap in (('peak', snapshots[1]), ('idle', snapshots[2])):
+        growth = {name: count - ready.get(name, 0) for name, count in snap['census'].items()}
+        ranked = sorted(growth.items(), key=lambda item: -item[1])[:top]
+        print(f"\n== live objects by type, {label} vs ready (per handled object):")
+        print('  ' + ', '.join(f"{name} {count / objects:+.2f}" for name, count in ranked if count > 0))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ['--operator']:
+        operator_main(argv[1:])
+        return 0
+    parser = argparse.ArgumentParser(description="What holds memory per handled object (this framework).")
+    parser.add_argument('-n', '--objects', type=int, default=1000)
+    parser.add_argument('-H', '--handlers', type=int, default=3)
+    parser.add_argument('--lifecycle', default='')
+    parser.add_argument('--frames', type=int, default=1, help="traceback depth of tracemalloc (slower if > 1)")
+    parser.add_argument('--top', type=int, default=25)
+    parser.add_argument('--keep', type=Path, help="keep the snapshots and the log in this directory")
+    args = parser.parse_args(argv)
+    options = sidebyside.Options(objects=args.objects, handlers=args.handlers, lifecycle=args.lifecycle,
+                                 frameworks=('ours',))
+    directory = args.keep or Path(tempfile.mkdtemp(prefix='kopf-memory-'))
+    directory.mkdir(parents=True, exist_ok=True)
+
+    async def run() -> list[dict[str, Any]]:
+        plane = await asyncio.to_thread(ControlPlane().start)
+        try:
+            return await measure(plane, options, directory, args.frames)
+        finally:
+            sidebyside._kill_all_live()
+            await asyncio.to_thread(plane.stop)
+
+    try:
+        snapshots = asyncio.run(run())
+    except sidebyside.BenchmarkError as e:
+        print(f"The memory benchmark has failed: {e}", file=sys.stderr)
+        return 1
+    mb = 1024 * 1024
+    print(f"{args.objects} objects x {args.handlers} handlers; snapshots in {directory}")
+    for label, snap in zip(('ready', 'peak', 'idle'), snapshots):
+        print(f"  {label:<5}: RSS {snap['rss'] / mb:6.1f} MB (peak so far {snap['hwm'] / mb:6.1f} MB), "
+              f"Python allocations {snap['traced'][0] / mb:6.1f} MB, {snap['fds']} fds, {snap['tasks']} tasks")
+    key = 'traceback' if args.frames > 1 else 'lineno'
+    report_diff(directory, 'peak', 1, args.objects, args.top, key)
+    report_diff(directory, 'idle', 2, args.objects, args.top, key)
+    report_census(snapshots, args.objects, args.top)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
