@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
@@ -68,40 +69,94 @@ async def watch_objects(
         settings: BatchingSettings,
 ) -> None:
     """Route every event of a stream to its object's worker until the stream ends."""
-    queues: dict[str, asyncio.Queue[RawEvent]] = {}
-    workers: dict[str, asyncio.Task[None]] = {}
+    mailboxes: dict[str, _Mailbox] = {}
     limiter = asyncio.Semaphore(settings.worker_limit) if settings.worker_limit else None
     try:
         async for raw_event in stream:
             key = object_key(raw_event)
-            if key not in workers or workers[key].done():
-                queues[key] = asyncio.Queue()
-                workers[key] = asyncio.create_task(
-                    _worker(queue=queues[key], processor=processor, settings=settings, limiter=limiter),
+            mailbox = mailboxes.get(key)
+            if mailbox is None or mailbox.task is None or mailbox.task.done():
+                mailbox = mailboxes[key] = _Mailbox()
+                mailbox.task = asyncio.create_task(
+                    _worker(mailbox=mailbox, processor=processor, settings=settings, limiter=limiter),
                     name=f"kopf worker {key}")
-                workers[key].add_done_callback(_make_cleanup(key, queues, workers))
-            await queues[key].put(raw_event)
+                mailbox.task.add_done_callback(functools.partial(_forget, key, mailbox, mailboxes))
+            mailbox.put(raw_event)
+            del raw_event, mailbox  # while awaiting the next event, only the workers hold objects
     finally:
-        await _stop_workers(workers, timeout=settings.exit_timeout)
+        await _stop_workers([m.task for m in mailboxes.values() if m.task is not None],
+                            timeout=settings.exit_timeout)
 
 
-def _make_cleanup(
-        key: str,
-        queues: dict[str, asyncio.Queue[RawEvent]],
-        workers: dict[str, asyncio.Task[None]],
-) -> Callable[[asyncio.Task[None]], None]:
-    def cleanup(task: asyncio.Task[None]) -> None:
-        if workers.get(key) is task:
-            del workers[key]
-            del queues[key]
-        if not task.cancelled() and task.exception() is not None:
-            logger.error("The worker for %s has failed.", key, exc_info=task.exception())
-    return cleanup
+class _Mailbox:
+    """
+    What one object's worker has yet to handle: only the latest event, since
+    intermediate states are skipped anyway; and whether the event of our own
+    last patch has arrived.
+
+    One per object being handled, so it is kept small: a plain future to wait
+    on instead of a queue with its own locks and buffers.
+    """
+
+    __slots__ = ('_waiter', 'expected_rv', 'latest', 'task', 'versions')
+
+    def __init__(self) -> None:
+        self.latest: RawEvent | None = None
+        self.expected_rv: str | None = None  # of our own patch, until its event arrives
+        self.versions: list[str | None] = []  # of the events since the last take, while nothing is expected
+        self.task: asyncio.Task[None] | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, raw_event: RawEvent) -> None:
+        self.latest = raw_event
+        if self.expected_rv is None:
+            self.versions.append(_GONE if raw_event.get('type') == 'DELETED' else _resource_version(raw_event))
+        elif _is_consistent(raw_event, self.expected_rv):
+            self.expected_rv = None
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def take(self) -> RawEvent | None:
+        latest, self.latest = self.latest, None
+        self.versions.clear()
+        return latest
+
+    def expect(self, resource_version: str | None) -> None:
+        """Our patch has this version: its event is awaited, unless it has already arrived."""
+        arrived = resource_version in self.versions or _GONE in self.versions
+        self.versions.clear()
+        self.expected_rv = None if resource_version is None or arrived else resource_version
+
+    async def wait(self, timeout: float) -> None:
+        """Sleep until the next event arrives, or the timeout."""
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(max(timeout, 0), _wake, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
 
 
-async def _stop_workers(workers: Mapping[str, asyncio.Task[None]], *, timeout: float) -> None:
+_GONE = '<deleted>'  # in the versions seen: the object is gone, which outdates any patch of ours
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+def _forget(key: str, mailbox: _Mailbox, mailboxes: dict[str, _Mailbox], task: asyncio.Task[None]) -> None:
+    """A worker has ended: free its mailbox (unless a new worker has already taken the object over)."""
+    if mailboxes.get(key) is mailbox:
+        del mailboxes[key]
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("The worker for %s has failed.", key, exc_info=task.exception())
+
+
+async def _stop_workers(tasks: list[asyncio.Task[None]], *, timeout: float) -> None:
     """Let workers finish their current handling, then cancel the rest."""
-    tasks = list(workers.values())
     if not tasks:
         return
     _, pending = await asyncio.wait(tasks, timeout=timeout)
@@ -112,75 +167,71 @@ async def _stop_workers(workers: Mapping[str, asyncio.Task[None]], *, timeout: f
 
 async def _worker(
         *,
-        queue: asyncio.Queue[RawEvent],
+        mailbox: _Mailbox,
         processor: Processor,
         settings: BatchingSettings,
         limiter: asyncio.Semaphore | None,
 ) -> None:
     """Handle one object's events until it is gone or has been idle for a while."""
     delay: float | None = None
-    expected_rv: str | None = None
-    last_event: RawEvent | None = None
+    last_event: RawEvent | None = None  # kept only while a wake-up without new events is due
     while True:
-        timeout = delay if delay is not None else settings.idle_timeout
-        if expected_rv is not None and delay is not None:
-            # Our patch's own event is the natural next step: give it time to arrive.
-            timeout = max(delay, CONSISTENCY_TIMEOUT)
-        try:
-            raw_event = await asyncio.wait_for(queue.get(), timeout=timeout)
-        except asyncio.TimeoutError:
-            if delay is None or last_event is None:
-                return  # idle: the object will get a new worker with its next event
-            woken_up = True
-            raw_event = last_event
-        else:
-            woken_up = False
-            raw_event, expected_rv = await _collect_batch(queue, raw_event, expected_rv, settings.batch_window)
-            if expected_rv is not None:
-                raw_event, expected_rv = await _collect_batch(queue, raw_event, expected_rv, CONSISTENCY_TIMEOUT,
-                                                              until_consistent=True)
-
+        step = await _next_event(mailbox, settings, delay=delay, last_event=last_event)
+        if step is None:
+            return  # idle: the object will get a new worker with its next event
+        raw_event, woken_up = step
+        del step
         async with limiter if limiter is not None else contextlib.nullcontext():
             outcome = await processor(raw_event, woken_up)
-        # After our own patch, the patched object is the freshest known state: a wake-up without
-        # new events must continue from it, never from the stale pre-patch event.
-        last_event = raw_event if outcome.body is None else {'type': 'MODIFIED', 'object': outcome.body}
-        delay = outcome.delay
-        expected_rv = outcome.resource_version
+        mailbox.expect(outcome.resource_version)
         if raw_event.get('type') == 'DELETED':
             return
+        delay = outcome.delay
+        # After our own patch, the patched object is the freshest known state: a wake-up without
+        # new events must continue from it, never from the stale pre-patch event.
+        if delay is None:
+            last_event = None
+        elif outcome.body is not None:
+            last_event = {'type': 'MODIFIED', 'object': outcome.body}
+        else:
+            last_event = raw_event
+        del raw_event, outcome  # a waiting worker keeps nothing of the handled object but ``last_event``
 
 
-async def _collect_batch(
-        queue: asyncio.Queue[RawEvent],
-        latest: RawEvent,
-        expected_rv: str | None,
-        window: float,
+async def _next_event(
+        mailbox: _Mailbox,
+        settings: BatchingSettings,
         *,
-        until_consistent: bool = False,
-) -> tuple[RawEvent, str | None]:
-    """
-    Take all events arriving within the window; only the latest one counts.
+        delay: float | None,
+        last_event: RawEvent | None,
+) -> tuple[RawEvent, bool] | None:
+    """The next event to handle and whether it is a wake-up after a delay; ``None`` when idle for long."""
+    if mailbox.latest is None:
+        timeout = delay if delay is not None else settings.idle_timeout
+        if mailbox.expected_rv is not None and delay is not None:
+            # Our patch's own event is the natural next step: give it time to arrive.
+            timeout = max(delay, CONSISTENCY_TIMEOUT)
+        await mailbox.wait(timeout)
+    if mailbox.latest is None:
+        if delay is None or last_event is None:
+            return None
+        mailbox.expected_rv = None  # given up on: this cycle's own patch is the one to await next
+        return last_event, True
+    await asyncio.sleep(settings.batch_window)  # the events meanwhile replace each other
+    if mailbox.expected_rv is not None:
+        await _await_consistency(mailbox, CONSISTENCY_TIMEOUT)
+    raw_event = mailbox.take()
+    assert raw_event is not None  # only this worker takes, and it has seen an event
+    return raw_event, False
 
-    With ``until_consistent``, stop as soon as our own patch has been seen.
-    Returns the latest event and the still awaited resource version, if any.
-    """
-    if expected_rv is not None and _is_consistent(latest, expected_rv):
-        expected_rv = None
+
+async def _await_consistency(mailbox: _Mailbox, timeout: float) -> None:
+    """Hold the handling until the event of our own patch arrives, but not longer than the timeout."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + window
-    while not (until_consistent and expected_rv is None):
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            break
-        try:
-            latest = await asyncio.wait_for(queue.get(), timeout=remaining)
-        except asyncio.TimeoutError:
-            break
-        if expected_rv is not None and _is_consistent(latest, expected_rv):
-            expected_rv = None
-    if until_consistent and expected_rv is not None:
+    deadline = loop.time() + timeout
+    while mailbox.expected_rv is not None and loop.time() < deadline:
+        await mailbox.wait(deadline - loop.time())
+    if mailbox.expected_rv is not None:
         logger.debug("Our own patch (resourceVersion %s) was not seen in time; handling the latest state.",
-                      expected_rv)
-        expected_rv = None
-    return latest, expected_rv
+                     mailbox.expected_rv)
+        mailbox.expected_rv = None

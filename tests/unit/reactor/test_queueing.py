@@ -1,5 +1,7 @@
 import asyncio
 import dataclasses
+import gc
+import weakref
 
 from kopf.reactor import queueing
 from kopf.reactor.queueing import ProcessingOutcome, object_key, watch_objects
@@ -180,3 +182,55 @@ async def test_a_deletion_counts_as_consistent_with_our_last_patch(monkeypatch):
                         settings=Settings(exit_timeout=5))
     assert seen == ['MODIFIED', 'DELETED']
     assert asyncio.get_running_loop().time() - started < 2  # not held back until the timeout
+
+
+async def test_our_patch_seen_while_still_handling_is_not_awaited_again(monkeypatch):
+    monkeypatch.setattr(queueing, 'CONSISTENCY_TIMEOUT', 3.0)
+    seen = []
+
+    async def processor(raw_event, woken_up):
+        rv = raw_event['object']['metadata']['resourceVersion']
+        seen.append(rv)
+        if rv == '1':
+            await asyncio.sleep(0.2)  # meanwhile, our patch's event (5) and a later one (6) arrive
+            return ProcessingOutcome(resource_version='5')
+        return ProcessingOutcome()
+
+    started = asyncio.get_running_loop().time()
+    events = [event('a', 1), 0.1, event('a', 5), event('a', 6)]
+    await watch_objects(stream=feed(events, hold=0.4), processor=processor, settings=Settings(exit_timeout=0.1))
+    assert seen == ['1', '6']
+    assert asyncio.get_running_loop().time() - started < 2  # not held back until the timeout
+
+
+class Event(dict):
+    """A raw event that can be referenced weakly, to see whether anything still holds it."""
+
+
+async def test_a_waiting_worker_keeps_nothing_of_the_handled_object():
+    handled = asyncio.Event()
+    checked = asyncio.Event()
+    refs = []
+
+    async def stream():
+        obj = Event(type='ADDED', object={'metadata': {'uid': 'a', 'resourceVersion': '1'}})
+        refs.append(weakref.ref(obj))
+        yield obj
+        del obj
+        await checked.wait()
+
+    async def processor(raw_event, woken_up):
+        handled.set()
+        return ProcessingOutcome(body={'metadata': {'uid': 'a', 'resourceVersion': '2'}})
+
+    async def check():
+        await handled.wait()
+        await asyncio.sleep(0.1)  # the worker is waiting for new events now
+        gc.collect()
+        alive = refs[0]() is not None
+        checked.set()
+        return alive
+
+    settings = Settings(idle_timeout=5, exit_timeout=0.1)
+    alive, _ = await asyncio.gather(check(), watch_objects(stream=stream(), processor=processor, settings=settings))
+    assert not alive
