@@ -20,9 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
-import contextlib
-import gc
 import json
 import linecache
 import os
@@ -40,44 +37,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmarks import procstats, sidebyside  # noqa: E402
+from benchmarks.traced_operator import FRAMES_ENV, SNAPSHOT_DIR_ENV  # noqa: E402
 from tests.e2e.controlplane import ControlPlane  # noqa: E402
-
-SNAPSHOT_DIR_ENV = 'BENCH_MEMORY_SNAPSHOTS'
-
-
-# --------------------------------------------------------------------------------------------- #
-# Inside the operator process
-# --------------------------------------------------------------------------------------------- #
-
-def census() -> dict[str, int]:
-    """Live objects tracked by the garbage collector, by type name."""
-    counts: collections.Counter[str] = collections.Counter()
-    for obj in gc.get_objects():
-        counts[type(obj).__qualname__] += 1
-    return dict(counts)
-
-
-def _dump(directory: Path) -> None:
-    index = len(list(directory.glob('snapshot-*.bin')))
-    gc.collect()
-    tracemalloc.take_snapshot().dump(str(directory / f'snapshot-{index}.bin'))
-    tasks = 0
-    with contextlib.suppress(RuntimeError):
-        tasks = len(asyncio.all_tasks())
-    details = {'census': census(), 'tasks': tasks, 'traced': tracemalloc.get_traced_memory()}
-    (directory / f'snapshot-{index}.json').write_text(json.dumps(details))
-    (directory / f'snapshot-{index}.done').touch()
-
-
-def operator_main(argv: Sequence[str]) -> None:
-    """``kopf run`` of this framework, with tracemalloc on and a snapshot dumped on SIGUSR1."""
-    frames = int(os.environ.get('BENCH_MEMORY_FRAMES', '1'))
-    tracemalloc.start(frames)
-    directory = Path(os.environ[SNAPSHOT_DIR_ENV])
-    signal.signal(signal.SIGUSR1, lambda *_: _dump(directory))
-    from kopf.cli import main
-    main(list(argv), standalone_mode=True)
-
 
 # --------------------------------------------------------------------------------------------- #
 # The driver
@@ -101,9 +62,9 @@ async def _snapshot(operator: sidebyside.OperatorProcess, directory: Path, index
 async def measure(plane: ControlPlane, options: sidebyside.Options, directory: Path,
                   frames: int) -> list[dict[str, Any]]:
     framework = sidebyside.Framework(
-        'ours', (sys.executable, '-m', 'benchmarks.memory', '--operator'),
+        'ours', (sys.executable, '-m', 'benchmarks.traced_operator'),
         tuple({**os.environ, 'PYTHONPATH': str(REPO), SNAPSHOT_DIR_ENV: str(directory),
-               'BENCH_MEMORY_FRAMES': str(frames)}.items()))
+               FRAMES_ENV: str(frames)}.items()))
     api = sidebyside.Api(plane.server, plane.ssl_context())
     namespace = f'memory-{os.getpid()}'
     assert plane.kubeconfig is not None
@@ -132,6 +93,11 @@ async def measure(plane: ControlPlane, options: sidebyside.Options, directory: P
                 await sidebyside.wait_until_idle(operator, since=last, settle=options.settle,
                                                  window=options.quiet_window, timeout=600)
                 snapshots.append(await _snapshot(operator, directory, 2))
+                os.kill(operator.pid, signal.SIGUSR2)
+                while not (directory / 'trimmed.done').exists():
+                    operator.check_alive("the allocator's trim")
+                    await asyncio.sleep(0.1)
+                snapshots[-1]['rss_trimmed'] = procstats.memory(operator.pid)[0]
             return snapshots
         finally:
             operator.stop()
@@ -176,20 +142,19 @@ def report_census(snapshots: list[dict[str, Any]], objects: int, top: int) -> No
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ['--operator']:
-        operator_main(argv[1:])
-        return 0
     parser = argparse.ArgumentParser(description="What holds memory per handled object (this framework).")
     parser.add_argument('-n', '--objects', type=int, default=1000)
     parser.add_argument('-H', '--handlers', type=int, default=3)
     parser.add_argument('--lifecycle', default='')
-    parser.add_argument('--frames', type=int, default=1, help="traceback depth of tracemalloc (slower if > 1)")
+    parser.add_argument('--frames', type=int, default=1,
+                        help="traceback depth of tracemalloc (slower if > 1; 0: no tracemalloc, only RSS)")
     parser.add_argument('--top', type=int, default=25)
+    parser.add_argument('--settle', type=float, default=8.0,
+                        help="seconds after the last handled object before the idle snapshot")
     parser.add_argument('--keep', type=Path, help="keep the snapshots and the log in this directory")
     args = parser.parse_args(argv)
     options = sidebyside.Options(objects=args.objects, handlers=args.handlers, lifecycle=args.lifecycle,
-                                 frameworks=('ours',))
+                                 frameworks=('ours',), settle=args.settle)
     directory = args.keep or Path(tempfile.mkdtemp(prefix='kopf-memory-'))
     directory.mkdir(parents=True, exist_ok=True)
 
@@ -211,9 +176,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for label, snap in zip(('ready', 'peak', 'idle'), snapshots):
         print(f"  {label:<5}: RSS {snap['rss'] / mb:6.1f} MB (peak so far {snap['hwm'] / mb:6.1f} MB), "
               f"Python allocations {snap['traced'][0] / mb:6.1f} MB, {snap['fds']} fds, {snap['tasks']} tasks")
-    key = 'traceback' if args.frames > 1 else 'lineno'
-    report_diff(directory, 'peak', 1, args.objects, args.top, key)
-    report_diff(directory, 'idle', 2, args.objects, args.top, key)
+    print(f"  idle after gc.collect() and malloc_trim(0): RSS {snapshots[2]['rss_trimmed'] / mb:6.1f} MB "
+          f"(the rest of the idle RSS was free memory kept by the allocator)")
+    if args.frames:
+        key = 'traceback' if args.frames > 1 else 'lineno'
+        report_diff(directory, 'peak', 1, args.objects, args.top, key)
+        report_diff(directory, 'idle', 2, args.objects, args.top, key)
     report_census(snapshots, args.objects, args.top)
     return 0
 
