@@ -9,6 +9,7 @@ the public API that both share. Configured by environment variables:
 * ``BENCH_LIFECYCLE``: the name of a ``kopf.lifecycles`` function (default: the framework's default).
 * ``BENCH_HANDLER_KIND``: ``async`` (default) or ``sync`` (run in the framework's thread pool).
 * ``BENCH_RESOURCE``: ``group/version/plural`` (default ``bench.kopf.dev/v1/kopfbenchmarks``).
+* ``BENCH_EVENTS``: ``off`` to stop posting log messages as Kubernetes Events (default ``on``).
 
 The handlers return nothing, so that no handler result is written into the
 status: what is measured is the framework's own bookkeeping per object.
@@ -21,9 +22,15 @@ HANDLERS = int(os.environ.get('BENCH_HANDLERS', '3'))
 LIFECYCLE = os.environ.get('BENCH_LIFECYCLE', '')
 HANDLER_KIND = os.environ.get('BENCH_HANDLER_KIND', 'async')
 GROUP, VERSION, PLURAL = os.environ.get('BENCH_RESOURCE', 'bench.kopf.dev/v1/kopfbenchmarks').split('/')
+EVENTS = os.environ.get('BENCH_EVENTS', 'on') != 'off'
 
 if LIFECYCLE:
     kopf.set_default_lifecycle(getattr(kopf.lifecycles, LIFECYCLE))
+
+if not EVENTS:
+    @kopf.on.startup()
+    def no_events(settings, **_):
+        settings.posting.enabled = False
 
 
 async def quick_async(**_):

@@ -115,6 +115,7 @@ class Options:
     rounds: int = 2
     lifecycle: str = ''
     handler_kind: str = 'async'
+    events: bool = True
     peer_version: str = peers.DEFAULT_VERSION
     frameworks: tuple[str, ...] = ('ours', 'kopf')
     create_concurrency: int = 16
@@ -355,7 +356,7 @@ class OperatorProcess:
         argv = [*framework.argv, 'run', '--standalone', '-n', namespace, str(OPERATOR_FILE)]
         env = {**dict(framework.env), 'KUBECONFIG': str(kubeconfig),
                'BENCH_HANDLERS': str(options.handlers), 'BENCH_LIFECYCLE': options.lifecycle,
-               'BENCH_HANDLER_KIND': options.handler_kind,
+               'BENCH_HANDLER_KIND': options.handler_kind, 'BENCH_EVENTS': 'on' if options.events else 'off',
                'BENCH_RESOURCE': f'{GROUP}/{VERSION}/{PLURAL}'}
         self.log = log
         self._log_file = log.open('wb')
@@ -426,10 +427,10 @@ async def wait_until_idle(operator: OperatorProcess, *, since: float, settle: fl
         operator.check_alive("the operator to become idle")
         now = procstats.sample(operator.pid)
         samples.append(now)
-        while samples and samples[0].when < now.when - window:
-            samples.popleft()
+        while len(samples) > 1 and samples[1].when <= now.when - window:
+            samples.popleft()  # the oldest kept is the last one at least a window ago
         oldest = samples[0]
-        if (now.when - since >= settle and now.when - oldest.when >= window * 0.9 and
+        if (now.when - since >= settle and now.when - oldest.when >= window and
                 now.cpu - oldest.cpu <= max(0.01, window * 0.01)):
             return now
         if now.when - started > timeout:
@@ -607,6 +608,7 @@ def summarize(results: Sequence[RunResult], options: Options) -> str:
         header += f"{'ours/kopf':>11}"
     lines = [f"Summary: {options.objects} objects x {options.handlers} handlers, "
              f"lifecycle {options.lifecycle or 'default'}, {options.handler_kind} handlers, "
+             f"{'' if options.events else 'no '}events posted, "
              f"{len(results)} runs", header]
     for name, fmt, fn in FIGURES:
         line = f"{name:<12}"
@@ -694,6 +696,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
                                                             'randomized', 'shuffled'],
                         help="kopf.lifecycles function (default: each framework's default)")
     parser.add_argument('--handler-kind', default='async', choices=['async', 'sync'])
+    parser.add_argument('--no-events', action='store_true',
+                        help="the operators post no Kubernetes Events for their log messages")
     parser.add_argument('--peer-version', default=peers.DEFAULT_VERSION, help="the released Kopf to compare with")
     parser.add_argument('--only', choices=['ours', 'kopf'], help="run one framework only")
     parser.add_argument('--create-concurrency', type=int, default=Options.create_concurrency)
@@ -713,7 +717,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     if args.objects < 1 or args.handlers < 1 or args.rounds < 1:
         parser.error("--objects, --handlers and --rounds must be at least 1.")
     return Options(objects=args.objects, handlers=args.handlers, rounds=args.rounds, lifecycle=args.lifecycle,
-                   handler_kind=args.handler_kind, peer_version=args.peer_version,
+                   handler_kind=args.handler_kind, events=not args.no_events, peer_version=args.peer_version,
                    frameworks=(args.only,) if args.only else ('ours', 'kopf'),
                    create_concurrency=args.create_concurrency, raw_objects=args.raw_objects,
                    raw_concurrency=args.raw_concurrency, raw_seconds=args.raw_seconds, settle=args.settle,
