@@ -36,6 +36,8 @@ class ReadOnlyDict(Mapping[str, Any]):
 
 def _section(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     value = raw.get(key)
+    if type(value) is dict:  # nearly always: parsed JSON; spares the slower abstract-class check
+        return value
     return value if isinstance(value, Mapping) else {}
 
 
