@@ -3,7 +3,8 @@ This framework's ``kopf run``, observable from outside: for ``benchmarks/memory.
 
 With ``tracemalloc`` on (``$BENCH_MEMORY_FRAMES`` frames; 0: off), it dumps a
 snapshot and a census of live objects into ``$BENCH_MEMORY_SNAPSHOTS`` on
-SIGUSR1, and gives the allocator's free memory back to the system on SIGUSR2.
+SIGUSR1, and gives the allocator's free memory back to the system on SIGUSR2;
+with ``$BENCH_PROFILE``, it writes cProfile's statistics there when it exits.
 It imports nothing beyond what the operator itself needs, so that its memory
 is the operator's.
 """
@@ -12,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import cProfile
 import ctypes
 import gc
 import json
 import os
 import signal
 import sys
+import time
 import tracemalloc
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +28,7 @@ from pathlib import Path
 SNAPSHOT_DIR_ENV = 'BENCH_MEMORY_SNAPSHOTS'
 FRAMES_ENV = 'BENCH_MEMORY_FRAMES'
 MALLOC_STATS_ENV = 'BENCH_MEMORY_MALLOC_STATS'
+PROFILE_ENV = 'BENCH_PROFILE'  # a file for cProfile's statistics of the whole run
 
 
 def census() -> dict[str, int]:
@@ -68,7 +72,17 @@ def main(argv: Sequence[str]) -> None:
     signal.signal(signal.SIGUSR1, lambda *_: _dump(directory))
     signal.signal(signal.SIGUSR2, lambda *_: _trim(directory))
     from kopf.cli import main as kopf_main
-    kopf_main(list(argv), standalone_mode=True)
+    profile_path = os.environ.get(PROFILE_ENV)
+    if not profile_path:
+        kopf_main(list(argv), standalone_mode=True)
+        return
+    profiler = cProfile.Profile(time.process_time)  # CPU time: waiting costs nothing
+    profiler.enable()
+    try:
+        kopf_main(list(argv), standalone_mode=True)
+    finally:
+        profiler.disable()
+        profiler.dump_stats(profile_path)
 
 
 if __name__ == '__main__':
