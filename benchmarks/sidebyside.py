@@ -620,7 +620,7 @@ def summarize(results: Sequence[RunResult], options: Options) -> str:
             cell = f"{fmt.format(median)} [{fmt.format(min(values))}..{fmt.format(max(values))}]"
             line += f"{cell:>30}"
         if len(medians) == 2:
-            ratio = medians[0] / medians[1] if medians[1] else math.nan
+            ratio = medians[0] / medians[1] if medians[1] >= 0.005 else math.nan  # not of next to nothing
             line += f"{ratio:>11.2f}"
         lines.append(line)
     other_kinds = sorted({kind for r in results for kind in r.other})

@@ -50,7 +50,7 @@ def table(paths: Sequence[Path]) -> str:
             ours = cell(values['ours'], fmt) if 'ours' in values else '-'
             kopf = cell(values['kopf'], fmt) if 'kopf' in values else '-'
             ratio = '-'
-            if 'ours' in values and 'kopf' in values and statistics.median(values['kopf']):
+            if 'ours' in values and 'kopf' in values and statistics.median(values['kopf']) >= 0.005:
                 ratio = f"{statistics.median(values['ours']) / statistics.median(values['kopf']):.2f}"
             lines.append(f"| {config} | {name} | {ours} | {kopf} | {ratio} |")
             config = ''
