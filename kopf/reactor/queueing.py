@@ -7,7 +7,11 @@ Events that arrive while an object is being handled are batched: only the
 latest state of the object matters, the intermediate ones are skipped. After
 our own patch, the worker waits until the watch stream shows that patch (by
 its ``resourceVersion``), so that a stale pre-patch state is never handled
-again (which would re-run handlers that just succeeded).
+again (which would re-run handlers that just succeeded). A watch stream
+delivers an object's events in order, so every other event that arrives
+before the patch's own is older than the patch: however long the stream lags
+behind (a busy operator or API server), such events are skipped. A wake-up
+that is due meanwhile continues from the patched object instead.
 """
 from __future__ import annotations
 
@@ -23,8 +27,11 @@ logger = logging.getLogger('kopf.reactor.queueing')
 
 RawEvent = Mapping[str, Any]
 
-# How long to wait for the watch stream to show our own patch before handling anyway.
+# How long a wake-up after our own patch waits for the patch's event before continuing from the patched object.
 CONSISTENCY_TIMEOUT = 5.0
+# How long at most events older than our own patch are held back while its event is awaited. It comes
+# unless the watch has lost it (e.g. a relisting after an expired version that shows a later change).
+CONSISTENCY_LIMIT = 120.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +85,7 @@ async def watch_objects(
             if mailbox is None or mailbox.task is None or mailbox.task.done():
                 mailbox = mailboxes[key] = _Mailbox()
                 mailbox.task = asyncio.create_task(
-                    _worker(mailbox=mailbox, processor=processor, settings=settings, limiter=limiter),
+                    _worker(key, mailbox=mailbox, processor=processor, settings=settings, limiter=limiter),
                     name=f"kopf worker {key}")
                 mailbox.task.add_done_callback(functools.partial(_forget, key, mailbox, mailboxes))
             mailbox.put(raw_event)
@@ -98,14 +105,15 @@ class _Mailbox:
     on instead of a queue with its own locks and buffers.
     """
 
-    __slots__ = ('_waiter', 'expected_rv', 'latest', 'task', 'versions')
+    __slots__ = ('_waiter', 'expected_rv', 'handled_rv', 'latest', 'task', 'versions')
 
     def __init__(self) -> None:
         self.latest: RawEvent | None = None
         self.expected_rv: str | None = None  # of our own patch, until its event arrives
+        self.handled_rv: str | None = None  # of the state handled last
         self.versions: list[str | None] = []  # of the events since the last take, while nothing is expected
         self.task: asyncio.Task[None] | None = None
-        self._waiter: asyncio.Future[None] | None = None
+        self._waiter: asyncio.Future[bool] | None = None
 
     def put(self, raw_event: RawEvent) -> None:
         self.latest = raw_event
@@ -113,38 +121,55 @@ class _Mailbox:
             self.versions.append(_GONE if raw_event.get('type') == 'DELETED' else _resource_version(raw_event))
         elif _is_consistent(raw_event, self.expected_rv):
             self.expected_rv = None
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
+        if self._waiter is not None:
+            _resolve(self._waiter, True)
 
     def take(self) -> RawEvent | None:
-        latest, self.latest = self.latest, None
-        self.versions.clear()
+        latest = self.latest
+        self.discard()
+        if latest is not None:
+            self.handling(latest)
         return latest
 
-    def expect(self, resource_version: str | None) -> None:
-        """Our patch has this version: its event is awaited, unless it has already arrived."""
-        arrived = resource_version in self.versions or _GONE in self.versions
+    def discard(self) -> None:
+        self.latest = None
         self.versions.clear()
-        self.expected_rv = None if resource_version is None or arrived else resource_version
 
-    async def wait(self, timeout: float) -> None:
-        """Sleep until the next event arrives, or the timeout."""
+    def handling(self, raw_event: RawEvent) -> None:
+        self.handled_rv = _resource_version(raw_event)
+
+    def expect(self, resource_version: str | None) -> None:
+        """
+        Our patch has left the object at this version: await its event, unless it has already arrived.
+
+        A patch that changed nothing keeps the version of the handled state and
+        causes no event. Without a patch, an earlier one may still be awaited.
+        """
+        if resource_version is not None:
+            arrived = (resource_version in self.versions or _GONE in self.versions or
+                       resource_version == self.handled_rv)
+            self.expected_rv = None if arrived else resource_version
+        self.versions.clear()
+
+    async def wait(self, timeout: float) -> bool:
+        """Sleep until the next event arrives (true), or the timeout (false)."""
         loop = asyncio.get_running_loop()
-        waiter = self._waiter = loop.create_future()
-        timer = loop.call_later(max(timeout, 0), _wake, waiter)
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._waiter = waiter
+        timer = loop.call_later(timeout, _resolve, waiter, False)
         try:
-            await waiter
+            return await waiter
         finally:
             timer.cancel()
             self._waiter = None
 
 
-_GONE = '<deleted>'  # in the versions seen: the object is gone, which outdates any patch of ours
-
-
-def _wake(waiter: asyncio.Future[None]) -> None:
+def _resolve(waiter: asyncio.Future[bool], value: bool) -> None:
     if not waiter.done():
-        waiter.set_result(None)
+        waiter.set_result(value)
+
+
+_GONE = '<deleted>'  # in the versions seen: the object is gone, which outdates any patch of ours
 
 
 def _forget(key: str, mailbox: _Mailbox, mailboxes: dict[str, _Mailbox], task: asyncio.Task[None]) -> None:
@@ -166,6 +191,7 @@ async def _stop_workers(tasks: list[asyncio.Task[None]], *, timeout: float) -> N
 
 
 async def _worker(
+        key: str,
         *,
         mailbox: _Mailbox,
         processor: Processor,
@@ -174,9 +200,9 @@ async def _worker(
 ) -> None:
     """Handle one object's events until it is gone or has been idle for a while."""
     delay: float | None = None
-    last_event: RawEvent | None = None  # kept only while a wake-up without new events is due
+    fallback: RawEvent | None = None  # the freshest state known besides the mailbox: our patched object
     while True:
-        step = await _next_event(mailbox, settings, delay=delay, last_event=last_event)
+        step = await _next_event(key, mailbox, settings, delay=delay, fallback=fallback)
         if step is None:
             return  # idle: the object will get a new worker with its next event
         raw_event, woken_up = step
@@ -187,51 +213,56 @@ async def _worker(
         if raw_event.get('type') == 'DELETED':
             return
         delay = outcome.delay
-        # After our own patch, the patched object is the freshest known state: a wake-up without
-        # new events must continue from it, never from the stale pre-patch event.
-        if delay is None:
-            last_event = None
-        elif outcome.body is not None:
-            last_event = {'type': 'MODIFIED', 'object': outcome.body}
-        else:
-            last_event = raw_event
-        del raw_event, outcome  # a waiting worker keeps nothing of the handled object but ``last_event``
+        fallback = raw_event if outcome.body is None else {'type': 'MODIFIED', 'object': outcome.body}
+        if delay is None and mailbox.expected_rv is None:
+            fallback = None  # nothing due: a waiting worker holds nothing of the object
+        del raw_event, outcome
 
 
 async def _next_event(
+        key: str,
         mailbox: _Mailbox,
         settings: BatchingSettings,
         *,
         delay: float | None,
-        last_event: RawEvent | None,
+        fallback: RawEvent | None,
 ) -> tuple[RawEvent, bool] | None:
-    """The next event to handle and whether it is a wake-up after a delay; ``None`` when idle for long."""
-    if mailbox.latest is None:
-        timeout = delay if delay is not None else settings.idle_timeout
-        if mailbox.expected_rv is not None and delay is not None:
-            # Our patch's own event is the natural next step: give it time to arrive.
-            timeout = max(delay, CONSISTENCY_TIMEOUT)
-        await mailbox.wait(timeout)
-    if mailbox.latest is None:
-        if delay is None or last_event is None:
+    """
+    The next state to handle and whether it is a wake-up after a delay; ``None`` when idle for long.
+
+    While our own patch's event is awaited, the worker does not go idle, and
+    the events that arrive meanwhile are older than the patch: they are kept
+    back. A wake-up due meanwhile continues from the patched object.
+    """
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while mailbox.latest is None or mailbox.expected_rv is not None:
+        wake_up: float | None = None
+        give_up: float | None = None
+        if mailbox.expected_rv is not None:
+            wake_up = None if delay is None else started + max(delay, CONSISTENCY_TIMEOUT)
+            give_up = started + CONSISTENCY_LIMIT
+        elif delay is not None:
+            wake_up = started + delay
+        else:
+            give_up = started + settings.idle_timeout
+        deadline = min(t for t in (wake_up, give_up) if t is not None)
+        remaining = deadline - loop.time()
+        if remaining > 0 and await mailbox.wait(remaining):
+            continue  # an event: look again whether it is the awaited one
+        if deadline != wake_up and mailbox.expected_rv is None:
+            return None  # idle for long
+        if deadline != wake_up:
+            logger.warning("The event of our own patch of %s (resourceVersion %s) has not arrived in %ss; "
+                           "continuing from the patched object.", key, mailbox.expected_rv, CONSISTENCY_LIMIT)
+            mailbox.expected_rv = None
+            mailbox.discard()  # the events held back are older than the patch
+        if fallback is None:
             return None
-        mailbox.expected_rv = None  # given up on: this cycle's own patch is the one to await next
-        return last_event, True
+        mailbox.handling(fallback)
+        return fallback, True
     await asyncio.sleep(settings.batch_window)  # the events meanwhile replace each other
-    if mailbox.expected_rv is not None:
-        await _await_consistency(mailbox, CONSISTENCY_TIMEOUT)
     raw_event = mailbox.take()
     assert raw_event is not None  # only this worker takes, and it has seen an event
     return raw_event, False
 
-
-async def _await_consistency(mailbox: _Mailbox, timeout: float) -> None:
-    """Hold the handling until the event of our own patch arrives, but not longer than the timeout."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while mailbox.expected_rv is not None and loop.time() < deadline:
-        await mailbox.wait(deadline - loop.time())
-    if mailbox.expected_rv is not None:
-        logger.debug("Our own patch (resourceVersion %s) was not seen in time; handling the latest state.",
-                     mailbox.expected_rv)
-        mailbox.expected_rv = None
