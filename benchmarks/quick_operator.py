@@ -10,6 +10,7 @@ the public API that both share. Configured by environment variables:
 * ``BENCH_HANDLER_KIND``: ``async`` (default) or ``sync`` (run in the framework's thread pool).
 * ``BENCH_RESOURCE``: ``group/version/plural`` (default ``bench.kopf.dev/v1/kopfbenchmarks``).
 * ``BENCH_EVENTS``: ``off`` to stop posting log messages as Kubernetes Events (default ``on``).
+* ``BENCH_CALLS``: a file where the number of handler calls is written when the operator exits.
 
 The handlers return nothing, so that no handler result is written into the
 status: what is measured is the framework's own bookkeeping per object.
@@ -23,6 +24,8 @@ LIFECYCLE = os.environ.get('BENCH_LIFECYCLE', '')
 HANDLER_KIND = os.environ.get('BENCH_HANDLER_KIND', 'async')
 GROUP, VERSION, PLURAL = os.environ.get('BENCH_RESOURCE', 'bench.kopf.dev/v1/kopfbenchmarks').split('/')
 EVENTS = os.environ.get('BENCH_EVENTS', 'on') != 'off'
+CALLS_FILE = os.environ.get('BENCH_CALLS', '')
+calls = 0
 
 if LIFECYCLE:
     kopf.set_default_lifecycle(getattr(kopf.lifecycles, LIFECYCLE))
@@ -33,12 +36,21 @@ if not EVENTS:
         settings.posting.enabled = False
 
 
+if CALLS_FILE:
+    @kopf.on.cleanup()
+    def write_calls(**_):
+        with open(CALLS_FILE, 'w') as f:
+            f.write(str(calls))
+
+
 async def quick_async(**_):
-    return None
+    global calls
+    calls += 1
 
 
 def quick_sync(**_):
-    return None
+    global calls
+    calls += 1
 
 
 for index in range(HANDLERS):

@@ -129,6 +129,7 @@ class Options:
     json_path: Path | None = None
     logs: Path | None = None
     ours: Path = REPO  # the source tree whose ``kopf`` is "ours"
+    baseline: Path | None = None  # another source tree of ours, run as "base" (e.g. before a change)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,6 +149,7 @@ class RunResult:
     raw_patch_rate: float
     loadavg: tuple[float, float]  # the 1-minute load average before and after the run
     log_errors: int
+    handler_calls: int | None  # as counted by the operator itself (excluding the warm-up object)
 
     @property
     def rate(self) -> float:
@@ -164,6 +166,10 @@ class RunResult:
     @property
     def events_per_object(self) -> float:
         return sum(n for kind, n in self.other.items() if 'events' in kind) / self.objects
+
+    @property
+    def calls_per_object(self) -> float:
+        return self.handler_calls / self.objects if self.handler_calls is not None else math.nan
 
     @property
     def cpu_ms_per_object(self) -> float:
@@ -331,18 +337,25 @@ class Framework:
 
 def frameworks(options: Options) -> dict[str, Framework]:
     """How to run the operator file under each framework."""
-    ours_env = {**os.environ, 'PYTHONPATH': str(options.ours)}
-    found: dict[str, Framework] = {
-        'ours': Framework('ours', (sys.executable, '-m', 'kopf'), tuple(ours_env.items())),
-    }
-    imported = subprocess.run([sys.executable, '-c', 'import kopf; print(kopf.__file__)'], env=ours_env,
-                              cwd=tempfile.gettempdir(), capture_output=True, text=True).stdout.strip()
-    if not imported.startswith(str(options.ours)):
-        raise BenchmarkError(f"'ours' should import kopf from {options.ours}, but imports {imported or 'nothing'}.")
+    found: dict[str, Framework] = {}
+    if 'ours' in options.frameworks:
+        found['ours'] = _ours('ours', options.ours)
     if 'kopf' in options.frameworks:
         kopf_bin = peers.ensure_peer(options.peer_version)
         found['kopf'] = Framework('kopf', (str(kopf_bin),), tuple(peers.peer_env().items()))
+    if options.baseline is not None:
+        found['base'] = _ours('base', options.baseline)
     return found
+
+
+def _ours(name: str, tree: Path) -> Framework:
+    """This framework from a source tree (its ``kopf`` package), on the benchmark's interpreter."""
+    env = {**os.environ, 'PYTHONPATH': str(tree)}
+    imported = subprocess.run([sys.executable, '-c', 'import kopf; print(kopf.__file__)'], env=env,
+                              cwd=tempfile.gettempdir(), capture_output=True, text=True).stdout.strip()
+    if not imported.startswith(str(tree)):
+        raise BenchmarkError(f"'{name}' should import kopf from {tree}, but imports {imported or 'nothing'}.")
+    return Framework(name, (sys.executable, '-m', 'kopf'), tuple(env.items()))
 
 
 _live: set[subprocess.Popen[bytes]] = set()
@@ -357,8 +370,9 @@ class OperatorProcess:
         env = {**dict(framework.env), 'KUBECONFIG': str(kubeconfig),
                'BENCH_HANDLERS': str(options.handlers), 'BENCH_LIFECYCLE': options.lifecycle,
                'BENCH_HANDLER_KIND': options.handler_kind, 'BENCH_EVENTS': 'on' if options.events else 'off',
-               'BENCH_RESOURCE': f'{GROUP}/{VERSION}/{PLURAL}'}
+               'BENCH_RESOURCE': f'{GROUP}/{VERSION}/{PLURAL}', 'BENCH_CALLS': str(log.with_suffix('.calls'))}
         self.log = log
+        self.calls_file = log.with_suffix('.calls')
         self._log_file = log.open('wb')
         self.process = subprocess.Popen(argv, env=env, cwd=log.parent, stdin=subprocess.DEVNULL,
                                         stdout=self._log_file, stderr=subprocess.STDOUT, start_new_session=True)
@@ -375,6 +389,13 @@ class OperatorProcess:
     def error_lines(self) -> int:
         text = self.log.read_text(errors='replace')
         return sum(1 for line in text.splitlines() if 'ERROR' in line or 'Traceback' in line)
+
+    def handler_calls(self) -> int | None:
+        """How many times the handlers were called, as the operator has written when it exited."""
+        try:
+            return int(self.calls_file.read_text())
+        except (OSError, ValueError):
+            return None
 
     def check_alive(self, waiting_for: str) -> None:
         if self.process.poll() is not None:
@@ -559,12 +580,15 @@ async def one_run(api: Api, plane: ControlPlane, framework: Framework, *, round_
             own.subtract(own_before)
         counts = apimetrics.delta(apimetrics.delta(after, before), own)
         patches, other, background = split_requests(counts)
+        operator.stop()
+        calls = operator.handler_calls()
         return RunResult(
             framework=framework.name, round=round_, objects=options.objects, seconds=last - started,
             patches=patches, other=other, background=background, cpu=idle.cpu - ready.cpu,
             rss_ready=ready.rss, rss_peak=idle.hwm, rss_idle=idle.rss, max_fds=max(fds, default=0),
             raw_patch_rate=raw_rate, loadavg=(load_before, os.getloadavg()[0]),
             log_errors=operator.error_lines(),
+            handler_calls=None if calls is None else calls - options.handlers,  # not the warm-up's
         )
     finally:
         operator.stop()
@@ -579,6 +603,7 @@ MB = 1024 * 1024
 
 FIGURES: list[tuple[str, str, Callable[[RunResult], float]]] = [
     ('obj/s', '{:.1f}', lambda r: r.rate),
+    ('calls/obj', '{:.2f}', lambda r: r.calls_per_object),
     ('PATCH/obj', '{:.2f}', lambda r: r.patches_per_object),
     ('other/obj', '{:.2f}', lambda r: r.other_per_object),
     ('CPU ms/obj', '{:.2f}', lambda r: r.cpu_ms_per_object),
@@ -602,25 +627,23 @@ def summarize(results: Sequence[RunResult], options: Options) -> str:
     by_fw: dict[str, list[RunResult]] = collections.defaultdict(list)
     for r in results:
         by_fw[r.framework].append(r)
-    names = [fw for fw in ('ours', 'kopf') if fw in by_fw]
+    names = [fw for fw in ('ours', 'base', 'kopf') if fw in by_fw]
     header = f"{'figure':<12}" + ''.join(f"{fw + ' median [min..max]':>30}" for fw in names)
-    if len(names) == 2:
-        header += f"{'ours/kopf':>11}"
+    ratios = [fw for fw in ('ours', 'base') if fw in by_fw] if 'kopf' in by_fw else []
+    header += ''.join(f"{fw + '/kopf':>11}" for fw in ratios)
     lines = [f"Summary: {options.objects} objects x {options.handlers} handlers, "
              f"lifecycle {options.lifecycle or 'default'}, {options.handler_kind} handlers, "
-             f"{'' if options.events else 'no '}events posted, "
-             f"{len(results)} runs", header]
+             f"{'' if options.events else 'no '}events posted, {len(results)} runs", header]
     for name, fmt, fn in FIGURES:
         line = f"{name:<12}"
-        medians = []
+        medians = {}
         for fw in names:
             values = [fn(r) for r in by_fw[fw]]
-            median = statistics.median(values)
-            medians.append(median)
-            cell = f"{fmt.format(median)} [{fmt.format(min(values))}..{fmt.format(max(values))}]"
+            medians[fw] = statistics.median(values)
+            cell = f"{fmt.format(medians[fw])} [{fmt.format(min(values))}..{fmt.format(max(values))}]"
             line += f"{cell:>30}"
-        if len(medians) == 2:
-            ratio = medians[0] / medians[1] if medians[1] >= 0.005 else math.nan  # not of next to nothing
+        for fw in ratios:
+            ratio = medians[fw] / medians['kopf'] if medians['kopf'] >= 0.005 else math.nan  # not of next to nothing
             line += f"{ratio:>11.2f}"
         lines.append(line)
     other_kinds = sorted({kind for r in results for kind in r.other})
@@ -644,17 +667,25 @@ async def benchmark(plane: ControlPlane, options: Options, *,
     fws = frameworks(options)
     api = Api(plane.server, plane.ssl_context())
     results: list[RunResult] = []
+    failures: list[str] = []
     try:
         await asyncio.to_thread(_apply_crd, plane)
-        with _logs_dir(options) as logs:
+        with _logs_dir(options, keep=lambda: bool(failures)) as logs:
             report(f"Operator logs: {logs}")
             for round_ in range(1, options.rounds + 1):
-                for name in options.frameworks:
-                    result = await one_run(api, plane, fws[name], round_=round_, options=options, logs=logs)
+                for name in fws:
+                    try:
+                        result = await one_run(api, plane, fws[name], round_=round_, options=options, logs=logs)
+                    except BenchmarkError as e:
+                        failures.append(f"round {round_} {name}: {e}")
+                        report(f"round {round_} {name:<5} FAILED: {e}")
+                        continue
                     results.append(result)
                     report(format_run(result))
     finally:
         await api.close()
+    for failure in failures:
+        report(f"FAILED: {failure}")
     return results
 
 
@@ -664,14 +695,16 @@ def _apply_crd(plane: ControlPlane) -> None:
 
 
 @contextlib.contextmanager
-def _logs_dir(options: Options) -> Iterator[Path]:
+def _logs_dir(options: Options, *, keep: Callable[[], bool]) -> Iterator[Path]:
+    """Where the operators log: the given directory, or a temporary one kept only if a run has failed."""
     if options.logs is not None:
         options.logs.mkdir(parents=True, exist_ok=True)
         yield options.logs
         return
     path = Path(tempfile.mkdtemp(prefix='kopf-sidebyside-'))
-    yield path  # kept on failures (an exception skips the removal), for the operators' logs
-    shutil.rmtree(path, ignore_errors=True)
+    yield path  # an exception skips the removal too
+    if not keep():
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @contextlib.asynccontextmanager
@@ -713,6 +746,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     parser.add_argument('--logs', type=Path, help="keep the operators' logs in this directory")
     parser.add_argument('--ours', type=Path, default=REPO,
                         help="the source tree whose kopf package is 'ours' (default: this repository)")
+    parser.add_argument('--baseline', type=Path,
+                        help="also run the kopf package of this source tree, as 'base' (e.g. before a change)")
     args = parser.parse_args(argv)
     if args.objects < 1 or args.handlers < 1 or args.rounds < 1:
         parser.error("--objects, --handlers and --rounds must be at least 1.")
@@ -722,7 +757,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
                    create_concurrency=args.create_concurrency, raw_objects=args.raw_objects,
                    raw_concurrency=args.raw_concurrency, raw_seconds=args.raw_seconds, settle=args.settle,
                    quiet_window=args.quiet_window, stall_timeout=args.stall_timeout, json_path=args.json,
-                   logs=args.logs, ours=args.ours.resolve())
+                   logs=args.logs, ours=args.ours.resolve(),
+                   baseline=args.baseline.resolve() if args.baseline else None)
 
 
 async def _main(options: Options) -> list[RunResult]:
@@ -739,7 +775,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parse_args(argv)
     print(f"Side by side: {options.objects} objects x {options.handlers} {options.handler_kind} create handlers, "
           f"lifecycle {options.lifecycle or 'default'}, {options.rounds} round(s) of "
-          f"{' '.join(options.frameworks)}; ours from {options.ours}; released Kopf {options.peer_version}; "
+          f"{' '.join(options.frameworks)}{' base' if options.baseline else ''}; ours from {options.ours}"
+          f"{f', base from {options.baseline}' if options.baseline else ''}; released Kopf {options.peer_version}; "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     try:
         results = asyncio.run(_main(options))
@@ -751,11 +788,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     finally:
         _kill_all_live()
+    if not results:
+        print("No run has succeeded.", file=sys.stderr)
+        return 1
     print(summarize(results, options))
     if options.json_path is not None:
         options.json_path.write_text(json.dumps({
             'options': {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(options).items()},
             'runs': [{**dataclasses.asdict(r), 'rate': r.rate, 'cpu_ms_per_object': r.cpu_ms_per_object,
+                      'calls_per_object': r.calls_per_object,
                       'patches_per_object': r.patches_per_object, 'other_per_object': r.other_per_object,
                       'patch_share': r.patch_share} for r in results],
         }, indent=2))
