@@ -23,9 +23,11 @@ async def test_both_frameworks_are_measured_on_the_same_operator(control_plane: 
     lines: list[str] = []
     results = await sidebyside.benchmark(control_plane, options, report=lines.append)
 
+    assert not [line for line in lines if 'FAILED' in line], '\n'.join(lines)
     assert [r.framework for r in results] == ['ours', 'kopf']
     for r in results:
         assert r.objects == 5 and r.seconds > 0
+        assert r.handler_calls == 5 * 2  # every handler once per object, counted by the operator itself
         assert r.patches >= 5  # at least one PATCH per object: the conclusion that marks it fully handled
         assert r.cpu > 0
         assert 0 < r.rss_ready <= r.rss_peak
