@@ -14,5 +14,7 @@ setup(
         'pyyaml',
         'click',
         'typing_extensions',
+        'cryptography',  # self-signed certificates of the webhook servers
+        'jsonpatch',  # mutations answered to the API server as JSONPatch
     ],
 )

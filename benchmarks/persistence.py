@@ -3,7 +3,7 @@ Benchmark: the cost of persisting handler progress, per handling cycle.
 
 Simulates the full life of one object's creation with N handlers, where every
 handler fails once and succeeds on its retry, through the real handling cycle
-(``kopf.reactor.handling.handle_object``) and the default storages, with the
+(``kopf.reactor.cycle.handle_object``) and the default storages, with the
 server simulated by applying each patch in memory. Prints figures; asserts
 nothing. Run: ``python benchmarks/persistence.py``.
 """
@@ -17,8 +17,7 @@ import time
 import tracemalloc
 
 import kopf
-from kopf.reactor import handling
-from kopf.storage import states
+from kopf.reactor import cycle, progression
 from kopf.structs.bodies import Body
 from kopf.structs.patches import apply
 from kopf.structs.resources import Selector
@@ -48,7 +47,7 @@ async def run_object(n: int, storage_name: str) -> dict[str, float]:
     started = time.perf_counter()
     first = True
     while True:
-        result = await handling.handle_object(
+        result = await cycle.handle_object(
             registry=registry, config=config, resource=Selector.from_args('kopfexamples'),
             event_type='MODIFIED', body=Body(raw), first_seen=first, memo=None, logger=logger)
         first = False
@@ -81,7 +80,7 @@ async def main() -> None:
 
     # The storages alone: records fetched and stored per second.
     storage = kopf.SmartProgressStorage()
-    record = states.HandlerState.from_scratch().as_record()
+    record = progression.HandlerState.from_scratch().as_record()
     body = Body({'metadata': {'annotations': {'kopf.zalando.org/fn': json.dumps(record)}}})
     rounds = 20000
     started = time.perf_counter()

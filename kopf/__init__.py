@@ -4,11 +4,33 @@ kopf: a framework for writing Kubernetes operators in Python.
 This module only re-exports the public API; everything lives in sub-packages.
 """
 from kopf import on
-from kopf.clients.auth import LoginError, login_default, login_via_incluster, login_via_kubeconfig
+from kopf.clients.auth import (
+    LoginError,
+    login_default,
+    login_via_async_client,
+    login_via_client,
+    login_via_incluster,
+    login_via_kubeconfig,
+    login_via_pykube,
+    login_with_kubeconfig,
+    login_with_service_account,
+)
 from kopf.config import OperatorConfig, OperatorSettings
+from kopf.engines.loggers import LocalObjectLogger, ObjectLogger
+from kopf.engines.logsetup import LogFormat, configure
 from kopf.engines.posting import event, exception, info, warn
+from kopf.engines.webhooks import (
+    WebhookAutoServer,
+    WebhookAutoTunnel,
+    WebhookDockerDesktopServer,
+    WebhookK3dServer,
+    WebhookMinikubeServer,
+    WebhookNgrokTunnel,
+    WebhookServer,
+)
 from kopf.errors import (
     ActivityError,
+    AdmissionError,
     DuplicateHandlerError,
     ErrorsMode,
     HandlerRetriesError,
@@ -19,12 +41,13 @@ from kopf.errors import (
 from kopf.on import execute, register, subhandler
 from kopf.reactor import lifecycles
 from kopf.reactor.causation import Reason
-from kopf.reactor.filters import ABSENT, PRESENT
+from kopf.reactor.filters import ABSENT, PRESENT, all_, any_, none_, not_
 from kopf.reactor.lifecycles import get_default_lifecycle, set_default_lifecycle
 from kopf.reactor.registries import Activity, OperatorRegistry, get_default_registry, set_default_registry
-from kopf.reactor.running import OperatorError, operator, run, spawn_tasks
+from kopf.reactor.running import OperatorError, operator, run, run_tasks, spawn_tasks
 from kopf.storage.diffbase import (
     AnnotationsDiffBaseStorage,
+    BodyEssence,
     DiffBaseStorage,
     MultiDiffBaseStorage,
     StatusDiffBaseStorage,
@@ -37,65 +60,159 @@ from kopf.storage.progress import (
     StatusProgressStorage,
 )
 from kopf.storage.records import ProgressRecord
-from kopf.structs.bodies import Body, Meta
+from kopf.structs.bodies import Body, Meta, RawBody, Spec, Status
 from kopf.structs.credentials import ConnectionInfo
+from kopf.structs.dicts import FieldPath, FieldSpec
 from kopf.structs.diffs import Diff, DiffItem, DiffOperation
 from kopf.structs.ephemera import Memo
-from kopf.structs.hierarchies import adopt, append_owner_reference, label
+from kopf.structs.hierarchies import (
+    adjust_namespace,
+    adopt,
+    append_owner_reference,
+    build_object_reference,
+    build_owner_reference,
+    harmonize_naming,
+    label,
+    remove_owner_reference,
+)
+from kopf.structs.ids import HandlerId
 from kopf.structs.patches import Patch
+from kopf.structs.resources import EVERYTHING, Resource
+from kopf.structs.reviews import (
+    Headers,
+    Operation,
+    SSLPeer,
+    UserInfo,
+    WebhookClientConfig,
+    WebhookClientConfigService,
+    WebhookFn,
+    WebhookServerProtocol,
+)
+from kopf.structs.stoppers import (
+    AsyncDaemonStopperChecker,
+    DaemonStopped,
+    DaemonStoppingReason,
+    SyncDaemonStopperChecker,
+)
+from kopf.structs.typedefs import (
+    Annotations,
+    Labels,
+    Logger,
+    ObjectReference,
+    OwnerReference,
+    PatchFn,
+    RawEvent,
+    RawEventType,
+)
 
 __all__ = [
     'ABSENT',
+    'EVERYTHING',
     'PRESENT',
     'Activity',
     'ActivityError',
+    'AdmissionError',
+    'Annotations',
     'AnnotationsDiffBaseStorage',
     'AnnotationsProgressStorage',
+    'AsyncDaemonStopperChecker',
     'Body',
+    'BodyEssence',
     'ConnectionInfo',
+    'DaemonStopped',
+    'DaemonStoppingReason',
     'Diff',
     'DiffBaseStorage',
     'DiffItem',
     'DiffOperation',
     'DuplicateHandlerError',
     'ErrorsMode',
+    'FieldPath',
+    'FieldSpec',
+    'HandlerId',
     'HandlerRetriesError',
     'HandlerTimeoutError',
+    'Headers',
+    'Labels',
+    'LocalObjectLogger',
+    'LogFormat',
+    'Logger',
     'LoginError',
     'Memo',
     'Meta',
     'MultiDiffBaseStorage',
     'MultiProgressStorage',
+    'ObjectLogger',
+    'ObjectReference',
+    'Operation',
     'OperatorConfig',
     'OperatorError',
     'OperatorRegistry',
     'OperatorSettings',
+    'OwnerReference',
     'Patch',
+    'PatchFn',
     'PermanentError',
     'ProgressRecord',
     'ProgressStorage',
+    'RawBody',
+    'RawEvent',
+    'RawEventType',
     'Reason',
+    'Resource',
+    'SSLPeer',
     'SmartProgressStorage',
+    'Spec',
+    'Status',
     'StatusDiffBaseStorage',
     'StatusProgressStorage',
+    'SyncDaemonStopperChecker',
     'TemporaryError',
+    'UserInfo',
+    'WebhookAutoServer',
+    'WebhookAutoTunnel',
+    'WebhookClientConfig',
+    'WebhookClientConfigService',
+    'WebhookDockerDesktopServer',
+    'WebhookFn',
+    'WebhookK3dServer',
+    'WebhookMinikubeServer',
+    'WebhookNgrokTunnel',
+    'WebhookServer',
+    'WebhookServerProtocol',
+    'adjust_namespace',
     'adopt',
+    'all_',
+    'any_',
     'append_owner_reference',
+    'build_object_reference',
+    'build_owner_reference',
+    'configure',
     'event',
     'exception',
     'execute',
     'get_default_lifecycle',
     'get_default_registry',
+    'harmonize_naming',
     'info',
     'label',
     'lifecycles',
     'login_default',
+    'login_via_async_client',
+    'login_via_client',
     'login_via_incluster',
     'login_via_kubeconfig',
+    'login_via_pykube',
+    'login_with_kubeconfig',
+    'login_with_service_account',
+    'none_',
+    'not_',
     'on',
     'operator',
     'register',
+    'remove_owner_reference',
     'run',
+    'run_tasks',
     'set_default_lifecycle',
     'set_default_registry',
     'spawn_tasks',

@@ -4,6 +4,10 @@ The ``kopf`` command line: ``kopf run FILE... [-m MODULE]`` and its options.
 Operator code is imported first (which registers its handlers), then the
 operator runs until interrupted. An operator that cannot be imported ends the
 command at once with its traceback and a non-zero exit code.
+
+Kopf's peering options (``--peering``, ``--priority``) and its ``kopf freeze``
+/ ``kopf resume`` commands are recognised, and refused with the Lease-based
+way to do the same: replicas coordinate through Kubernetes Leases here.
 """
 from __future__ import annotations
 
@@ -11,7 +15,6 @@ import dataclasses
 import functools
 import importlib
 import importlib.util
-import logging
 import os
 import sys
 import threading
@@ -22,21 +25,37 @@ from pathlib import Path
 import click
 
 from kopf.clients.auth import LoginError
-from kopf.engines import loggers
+from kopf.clients.errors import APIConnectionError, APIError, describe_api_failure
+from kopf.config import OperatorConfig
+from kopf.engines import logsetup
 from kopf.errors import ActivityError
 from kopf.reactor import running
+from kopf.reactor.registries import OperatorRegistry
 
 
 @dataclasses.dataclass(frozen=True)
 class CLIControls:
-    """What an embedding test runner passes in to stop the CLI-started operator."""
+    """What an embedding test runner passes in: flags to stop the operator, its registry and settings."""
 
     stop_flag: threading.Event | None = None
     ready_flag: threading.Event | None = None
+    registry: OperatorRegistry | None = None
+    settings: OperatorConfig | None = None
 
 
 class OperatorImportError(click.ClickException):
     exit_code = 2
+
+
+class PeeringNotSupported(click.ClickException):
+    """Kopf's peering options: recognised, refused, and answered with the Lease-based way."""
+
+    exit_code = 2
+
+
+LEASES_INSTEAD = ("kopf does not use Kopf's peering (KopfPeering objects): replicas coordinate through "
+                  "Kubernetes Leases, with kopf run --ha (one replica handles, the others stand by) or "
+                  "--shards (the replicas share the objects); without either, an operator is standalone.")
 
 
 def load_operator_code(paths: Sequence[str], modules: Sequence[str]) -> None:
@@ -76,10 +95,18 @@ def main() -> None:
 @click.option('-n', '--namespace', 'namespaces', multiple=True, help="A namespace to serve (repeatable).")
 @click.option('-A', '--all-namespaces', 'clusterwide', is_flag=True, help="Serve all namespaces.")
 @click.option('--standalone', is_flag=True, help="Do not coordinate with other operator instances.")
+@click.option('--dev', is_flag=True, help="Development mode: the same as --standalone.")
+@click.option('-L', '--liveness', 'liveness_endpoint', metavar='URL',
+              help="Serve a liveness endpoint for Kubernetes probes, e.g. http://0.0.0.0:8080/healthz.")
+@click.option('-P', '--peering', 'peering_name', hidden=True, help="Kopf's peering: not used, see --ha/--shards.")
+@click.option('-p', '--priority', type=int, hidden=True, help="Kopf's peering: not used, see --ha/--shards.")
 @click.option('-v', '--verbose', is_flag=True, help="Log at the DEBUG level of kopf's own loggers.")
 @click.option('-d', '--debug', is_flag=True, help="Log everything at the DEBUG level.")
 @click.option('-q', '--quiet', is_flag=True, help="Log only warnings and errors.")
 @click.option('--log-format', type=click.Choice(['plain', 'full', 'json']), default='full', show_default=True)
+@click.option('--log-prefix/--no-log-prefix', default=None,
+              help="Prefix per-object messages with [namespace/name] (plain and full formats; default: yes).")
+@click.option('--log-refkey', metavar='KEY', help="The JSON key of the object's reference (default: object).")
 @click.pass_obj
 def run(
         controls: CLIControls | None,
@@ -88,29 +115,61 @@ def run(
         namespaces: tuple[str, ...],
         clusterwide: bool,
         standalone: bool,
+        dev: bool,
+        liveness_endpoint: str | None,
+        peering_name: str | None,
+        priority: int | None,
         verbose: bool,
         debug: bool,
         quiet: bool,
         log_format: str,
+        log_prefix: bool | None,
+        log_refkey: str | None,
 ) -> None:
     """Run the operator(s) defined in the given files and modules."""
+    if peering_name is not None or priority is not None:
+        option = '--peering' if peering_name is not None else '--priority'
+        raise PeeringNotSupported(f"{option} is Kopf's peering option; {LEASES_INSTEAD}")
     if not paths and not modules:
         raise click.UsageError("Give at least one operator file or a module with -m.")
     if namespaces and clusterwide:
         raise click.UsageError("Use either -n/--namespace or -A/--all-namespaces, not both.")
-    level = logging.DEBUG if debug or verbose else logging.WARNING if quiet else logging.INFO
-    loggers.configure(level=level, log_format=log_format)
-    if verbose and not debug:
-        logging.getLogger('aiohttp').setLevel(logging.INFO)
+    logsetup.configure(debug=debug, verbose=verbose, quiet=quiet, log_format=log_format,
+                       log_prefix=log_prefix, log_refkey=log_refkey)
     load_operator_code(paths, modules)
     controls = controls or CLIControls()
     try:
         running.run(
+            registry=controls.registry,
+            settings=controls.settings,
             namespaces=namespaces,
             clusterwide=clusterwide or not namespaces,
-            standalone=standalone,
+            standalone=standalone or dev,
+            liveness_endpoint=liveness_endpoint,
             stop_flag=controls.stop_flag,
             ready_flag=controls.ready_flag,
         )
     except (running.OperatorError, LoginError, ActivityError) as e:
         raise click.ClickException(str(e)) from e
+    except (APIError, APIConnectionError) as e:
+        raise click.ClickException(describe_api_failure(e)) from e
+
+
+# Kopf's commands to pause and resume operators through its peering objects; their options are accepted as given.
+_ANY_OPTIONS = {'ignore_unknown_options': True, 'allow_extra_args': True}
+
+
+@main.command(context_settings=_ANY_OPTIONS)
+@click.argument('args', nargs=-1, type=click.UNPROCESSED)
+def freeze(args: tuple[str, ...]) -> None:
+    """Kopf's pausing of operators via peering: not used here (see the message)."""
+    raise PeeringNotSupported(f"kopf freeze pauses operators through Kopf's peering; {LEASES_INSTEAD} "
+                              f"To pause an operator, scale its Deployment to zero replicas.")
+
+
+@main.command(context_settings=_ANY_OPTIONS)
+@click.argument('args', nargs=-1, type=click.UNPROCESSED)
+def resume(args: tuple[str, ...]) -> None:
+    """Kopf's resuming of operators via peering: not used here (see the message)."""
+    raise PeeringNotSupported(f"kopf resume resumes operators paused through Kopf's peering; {LEASES_INSTEAD} "
+                              f"To resume an operator, scale its Deployment back up.")

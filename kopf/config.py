@@ -9,19 +9,28 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from kopf.storage.diffbase import AnnotationsDiffBaseStorage, DiffBaseStorage
 from kopf.storage.progress import ProgressStorage, SmartProgressStorage
+from kopf.structs.reviews import WebhookServerProtocol
 
 logger = logging.getLogger('kopf.config')
 
 DEFAULT_FINALIZER = 'kopf.zalando.org/KopfFinalizerMarker'
+DEFAULT_MAX_UNPERSISTED_TIME = 1.0
 
 
 class PersistenceConfig:
     """
-    Where handler progress and the last-handled configuration are kept.
+    Where handler progress and the last-handled configuration are kept, and how often it is written.
+
+    ``max_unpersisted_time`` (seconds, default 1.0): handlers that are due
+    run one after another within one handling cycle, and their outcomes are
+    written together in one patch -- but once the handlers of a cycle have
+    run this long, their outcomes are persisted before the next handler
+    starts. ``0`` persists after every handler.
 
     Assignments are type-checked, so a misconfiguration fails in the startup
     handler rather than in the middle of handling. Once the operator has
@@ -32,11 +41,13 @@ class PersistenceConfig:
         'progress_storage': ProgressStorage,
         'diffbase_storage': DiffBaseStorage,
         'finalizer': str,
+        'max_unpersisted_time': float,
     }
 
     progress_storage: ProgressStorage
     diffbase_storage: DiffBaseStorage
     finalizer: str
+    max_unpersisted_time: float
 
     def __init__(
             self,
@@ -44,16 +55,22 @@ class PersistenceConfig:
             progress_storage: ProgressStorage | None = None,
             diffbase_storage: DiffBaseStorage | None = None,
             finalizer: str = DEFAULT_FINALIZER,
+            max_unpersisted_time: float = DEFAULT_MAX_UNPERSISTED_TIME,
     ) -> None:
         object.__setattr__(self, '_frozen', False)
         self.progress_storage = progress_storage if progress_storage is not None else SmartProgressStorage()
         self.diffbase_storage = diffbase_storage if diffbase_storage is not None else AnnotationsDiffBaseStorage()
         self.finalizer = finalizer
+        self.max_unpersisted_time = max_unpersisted_time
 
     def __setattr__(self, name: str, value: Any) -> None:
         expected = self._TYPES.get(name)
         if expected is None:
             raise AttributeError(f"Unknown persistence setting {name!r}; known: {sorted(self._TYPES)}.")
+        if expected is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if expected is float and isinstance(value, float) and not value >= 0:
+            raise ValueError(f"config.persistence.{name} must be a number of seconds >= 0, got {value!r}.")
         if not isinstance(value, expected):
             raise TypeError(
                 f"config.persistence.{name} must be a {_public_name(expected)}, "
@@ -71,7 +88,8 @@ class PersistenceConfig:
 
     def __repr__(self) -> str:
         return (f"PersistenceConfig(progress_storage={self.progress_storage!r}, "
-                f"diffbase_storage={self.diffbase_storage!r}, finalizer={self.finalizer!r})")
+                f"diffbase_storage={self.diffbase_storage!r}, finalizer={self.finalizer!r}, "
+                f"max_unpersisted_time={self.max_unpersisted_time!r})")
 
 
 def _public_name(cls: type) -> str:
@@ -80,20 +98,80 @@ def _public_name(cls: type) -> str:
 
 @dataclasses.dataclass
 class PostingConfig:
-    """Whether and from which level per-object log messages become Kubernetes Events."""
+    """
+    Which messages become Kubernetes Events about the objects (as in Kopf).
+
+    ``enabled``: any at all. ``level``: the lowest level posted, both of the
+    explicit ``kopf.info`` (INFO), ``kopf.warn`` (WARNING), ``kopf.exception``
+    (ERROR) -- ``kopf.event`` is always posted -- and of log messages.
+    ``loggers``: whether the per-object log messages of handlers and of the
+    framework are posted too (reason ``Logging``); off by default.
+    """
 
     enabled: bool = True
     level: int = logging.INFO
+    loggers: bool = False
+
+
+@dataclasses.dataclass
+class ProbingConfig:
+    """
+    The liveness endpoint (``kopf run --liveness URL``): how long probe results are reused.
+
+    The ``@kopf.on.probe`` handlers run on a request at most once per
+    ``cache_period`` seconds; requests in between get the cached results.
+    """
+
+    cache_period: float = 10.0
 
 
 @dataclasses.dataclass
 class WatchingConfig:
-    """Timeouts of watch requests (seconds; ``None`` means the server's default) and reconnects."""
+    """
+    Watch requests: timeouts (seconds), reconnects, and the listing before watching.
+
+    ``server_timeout`` is asked of the server (it closes the stream then;
+    ``None``: the server's default); ``client_timeout`` limits one watch
+    request on our side (``None``: no limit); ``connect_timeout`` limits
+    connecting (``None``: the networking one). ``inactivity_timeout``: a
+    stream that carries nothing for this long — not even the server's
+    periodic bookmarks — is taken for a dead connection, reported, and
+    re-opened from the last seen resourceVersion (``None``: never).
+    ``reconnect_backoff`` is the first pause after a failed watch, doubling
+    up to ``max_reconnect_backoff``; an established stream resets it.
+    ``list_limit`` is the page size of the listings (``None``: one page).
+    """
 
     server_timeout: float | None = None
     client_timeout: float | None = None
     connect_timeout: float | None = None
+    inactivity_timeout: float | None = 180.0
     reconnect_backoff: float = 0.1
+    max_reconnect_backoff: float = 30.0
+    list_limit: int | None = 500
+
+
+@dataclasses.dataclass
+class NetworkingConfig:
+    """
+    All requests to the API server: timeouts (seconds), keepalive, and retries.
+
+    ``request_timeout`` limits one attempt of one request; ``connect_timeout``
+    limits connecting to the server. ``tcp_keepalive`` is how long a
+    connection may be idle before the kernel probes that the server is still
+    there (``None``: off). ``error_backoffs`` are the pauses before the
+    retries of a request after a connection error, a timeout, or a 5xx
+    (``None`` or empty: no retries). ``429 Too Many Requests`` is waited out
+    as the server asks in ``Retry-After`` (at most ``max_retry_after``
+    seconds), up to ``throttle_retries`` times per request.
+    """
+
+    request_timeout: float | None = 60.0
+    connect_timeout: float | None = 10.0
+    tcp_keepalive: float | None = 30.0
+    error_backoffs: Iterable[float] | None = (0.5, 1.0, 2.0, 4.0)
+    max_retry_after: float = 60.0
+    throttle_retries: int = 20
 
 
 @dataclasses.dataclass
@@ -126,6 +204,22 @@ class ExecutionConfig:
         self.executor = concurrent.futures.ThreadPoolExecutor(max_workers=value)
 
 
+@dataclasses.dataclass
+class AdmissionConfig:
+    """
+    Admission webhooks: the server that receives the reviews, and the configurations to keep.
+
+    ``server`` is a webhook server or tunnel, e.g. ``kopf.WebhookServer(...)``;
+    it is needed when there are ``@kopf.on.validate``/``@kopf.on.mutate``
+    handlers. ``managed`` names the Validating/MutatingWebhookConfiguration
+    objects that the operator creates, keeps up to date and removes on exit
+    (e.g. ``'auto.kopf.dev'``); ``None`` leaves the configurations to the user.
+    """
+
+    server: WebhookServerProtocol | None = None
+    managed: str | None = None
+
+
 class OperatorConfig:
     """All settings of one operator; ``kopf.OperatorSettings`` is the same class."""
 
@@ -133,8 +227,11 @@ class OperatorConfig:
         self.persistence = PersistenceConfig()
         self.posting = PostingConfig()
         self.watching = WatchingConfig()
+        self.networking = NetworkingConfig()
         self.batching = BatchingConfig()
         self.execution = ExecutionConfig()
+        self.admission = AdmissionConfig()
+        self.probing = ProbingConfig()
 
 
 OperatorSettings = OperatorConfig

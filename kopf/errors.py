@@ -39,6 +39,19 @@ class HandlerRetriesError(PermanentError):
     """The handler has been attempted as many times as its ``retries=`` allow."""
 
 
+class AdmissionError(PermanentError):
+    """
+    Reject an admission request, with this message and HTTP status code for the API client.
+
+    Raised by ``@kopf.on.validate``/``@kopf.on.mutate`` handlers; ``kubectl``
+    shows the message as the reason of the denial.
+    """
+
+    def __init__(self, message: str | None = '', code: int | None = 500) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class HandlerChildrenRetry(TemporaryError):
     """
     Not an error: the handler's sub-handlers are not finished yet.

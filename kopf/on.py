@@ -9,7 +9,7 @@ unchanged, so that decorators can be stacked.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, TypeVar
 
 from kopf.errors import ErrorsMode
@@ -19,6 +19,7 @@ from kopf.reactor.filters import MetaFilter, WhenFilter
 from kopf.reactor.registries import (
     Activity,
     ActivityHandler,
+    AdmissionHandler,
     ChangingHandler,
     OperatorRegistry,
     WatchingHandler,
@@ -27,10 +28,17 @@ from kopf.reactor.registries import (
 )
 from kopf.structs import dicts
 from kopf.structs.ids import HandlerId
-from kopf.structs.resources import Selector
+from kopf.structs.resources import Marker, Selector
+from kopf.structs.reviews import OPERATIONS, Operation, WebhookType
 
 F = TypeVar('F', bound=Callable[..., Any])
 Decorator = Callable[[F], F]
+
+# What the decorators return, for those who annotate them (the names of Kopf).
+ActivityDecorator = Decorator[Callable[..., Any]]
+ChangingDecorator = Decorator[Callable[..., Any]]
+WatchingDecorator = Decorator[Callable[..., Any]]
+WebhookDecorator = Decorator[Callable[..., Any]]
 
 register = subhandling.register
 execute = subhandling.execute
@@ -81,8 +89,29 @@ def login(
                      backoff=backoff, param=param, registry=registry)
 
 
+def probe(
+        *,
+        id: str | None = None,
+        errors: ErrorsMode | None = None,
+        timeout: float | None = None,
+        retries: int | None = None,
+        backoff: float | None = None,
+        param: Any = None,
+        registry: OperatorRegistry | None = None,
+) -> Decorator[F]:
+    """
+    Called when the liveness endpoint is requested (``kopf run --liveness URL``); reports its result.
+
+    The endpoint answers with ``{id: result, ...}`` of all probes. Each probe
+    is called once per run, without retries: a probe that raises makes the
+    operator unhealthy (unless ``errors=kopf.ErrorsMode.IGNORED``).
+    """
+    return _activity(Activity.PROBE, id=id, errors=errors, timeout=timeout, retries=retries,
+                     backoff=backoff, param=param, registry=registry)
+
+
 def create(
-        *resource: str,
+        *resource: str | Marker,
         id: str | None = None,
         retries: int | None = None,
         timeout: float | None = None,
@@ -101,7 +130,7 @@ def create(
 
 
 def update(
-        *resource: str,
+        *resource: str | Marker,
         id: str | None = None,
         retries: int | None = None,
         timeout: float | None = None,
@@ -120,7 +149,7 @@ def update(
 
 
 def resume(
-        *resource: str,
+        *resource: str | Marker,
         id: str | None = None,
         retries: int | None = None,
         timeout: float | None = None,
@@ -139,7 +168,7 @@ def resume(
 
 
 def delete(
-        *resource: str,
+        *resource: str | Marker,
         id: str | None = None,
         retries: int | None = None,
         timeout: float | None = None,
@@ -164,7 +193,7 @@ def delete(
 
 
 def field(
-        *resource: str,
+        *resource: str | Marker,
         field: dicts.FieldSpec,
         id: str | None = None,
         retries: int | None = None,
@@ -192,7 +221,7 @@ def field(
 
 
 def event(
-        *resource: str,
+        *resource: str | Marker,
         id: str | None = None,
         labels: MetaFilter | None = None,
         annotations: MetaFilter | None = None,
@@ -212,6 +241,61 @@ def event(
     return decorator
 
 
+def validate(
+        *resource: str,
+        id: str | None = None,
+        param: Any = None,
+        operation: Operation | None = None,
+        operations: Collection[Operation] | None = None,
+        subresource: str | None = None,
+        persistent: bool | None = None,
+        side_effects: bool | None = None,
+        ignore_failures: bool | None = None,
+        labels: MetaFilter | None = None,
+        annotations: MetaFilter | None = None,
+        when: WhenFilter | None = None,
+        registry: OperatorRegistry | None = None,
+) -> Decorator[F]:
+    """
+    Called by the API server before an object is stored; ``kopf.AdmissionError`` rejects the request.
+
+    ``operation``/``operations`` limit it to ``'CREATE'``, ``'UPDATE'``,
+    ``'DELETE'``, ``'CONNECT'`` (default: all); ``subresource`` to a
+    subresource (``'*'``: any; default: the main resource only). See the
+    Admission documentation for the webhook options.
+    """
+    return _admission(resource, WebhookType.VALIDATING, id=id, param=param, operation=operation,
+                      operations=operations, subresource=subresource, persistent=persistent,
+                      side_effects=side_effects, ignore_failures=ignore_failures, labels=labels,
+                      annotations=annotations, when=when, registry=registry)
+
+
+def mutate(
+        *resource: str,
+        id: str | None = None,
+        param: Any = None,
+        operation: Operation | None = None,
+        operations: Collection[Operation] | None = None,
+        subresource: str | None = None,
+        persistent: bool | None = None,
+        side_effects: bool | None = None,
+        ignore_failures: bool | None = None,
+        labels: MetaFilter | None = None,
+        annotations: MetaFilter | None = None,
+        when: WhenFilter | None = None,
+        registry: OperatorRegistry | None = None,
+) -> Decorator[F]:
+    """
+    Called by the API server before an object is stored; changes to ``patch`` are applied to the object.
+
+    The options are those of :func:`validate`.
+    """
+    return _admission(resource, WebhookType.MUTATING, id=id, param=param, operation=operation,
+                      operations=operations, subresource=subresource, persistent=persistent,
+                      side_effects=side_effects, ignore_failures=ignore_failures, labels=labels,
+                      annotations=annotations, when=when, registry=registry)
+
+
 def subhandler(
         *,
         id: str | None = None,
@@ -227,6 +311,10 @@ def subhandler(
                              backoff=backoff, param=param)
         return fn
     return decorator
+
+
+# Kopf's earlier name of the decorator form of sub-handlers: ``@kopf.on.this(id=...)``.
+this = subhandler
 
 
 def _registry(registry: OperatorRegistry | None) -> OperatorRegistry:
@@ -265,7 +353,7 @@ def _activity(
 
 
 def _changing(
-        resource: tuple[str, ...],
+        resource: tuple[str | Marker, ...],
         reason: Reason | None,
         *,
         id: str | None,
@@ -293,3 +381,55 @@ def _changing(
         _registry(registry).register_changing_handler(selector, handler)
         return fn
     return decorator
+
+
+def _admission(
+        resource: tuple[str, ...],
+        type: WebhookType,
+        *,
+        id: str | None,
+        param: Any,
+        operation: Operation | None,
+        operations: Collection[Operation] | None,
+        subresource: str | None,
+        persistent: bool | None,
+        side_effects: bool | None,
+        ignore_failures: bool | None,
+        labels: MetaFilter | None,
+        annotations: MetaFilter | None,
+        when: WhenFilter | None,
+        registry: OperatorRegistry | None,
+) -> Decorator[F]:
+    selector = Selector.from_args(*resource)
+    allowed = _operations(operation=operation, operations=operations)
+    if subresource is not None and (not isinstance(subresource, str) or not subresource or '/' in subresource):
+        raise ValueError(f"subresource= is a subresource's name such as 'status', or '*'; got {subresource!r}.")
+
+    def decorator(fn: F) -> F:
+        handler = AdmissionHandler(
+            fn=fn, id=HandlerId(id if id is not None else default_id(fn)), type=type, param=param,
+            operations=allowed, subresource=subresource, persistent=bool(persistent),
+            side_effects=bool(side_effects), ignore_failures=bool(ignore_failures),
+            labels=labels, annotations=annotations, when=when)
+        _registry(registry).register_admission_handler(selector, handler)
+        return fn
+    return decorator
+
+
+def _operations(
+        *,
+        operation: Operation | None,
+        operations: Collection[Operation] | None,
+) -> frozenset[Operation] | None:
+    """The admission operations of a handler; ``None`` for all of them."""
+    if operation is not None and operations is not None:
+        raise ValueError("Pass either operation= or operations=, not both.")
+    if isinstance(operations, str):
+        raise ValueError(f"operations= is a collection such as ['CREATE', 'UPDATE'], got a string: {operations!r}.")
+    values: list[str] = [operation] if operation is not None else list(operations or [])
+    unknown = [value for value in values if value not in OPERATIONS and value != '*']
+    if unknown:
+        raise ValueError(f"Unknown admission operation(s) {unknown!r}; use {', '.join(OPERATIONS)}.")
+    if not values or '*' in values:
+        return None
+    return frozenset(value for value in OPERATIONS if value in values)

@@ -3,7 +3,8 @@ Running an operator in tests: ``with KopfRunner(['run', 'op.py']) as runner: ...
 
 The operator runs in a background thread exactly as ``kopf run`` would; on
 exit from the block it is stopped gracefully, and its output, exit code and
-exception are available for assertions.
+exception are available for assertions. ``registry=`` and ``settings=`` give
+the operator a registry and settings of the test's own, as in Kopf.
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from typing import Any
 import click.testing
 
 from kopf import cli
+from kopf.config import OperatorConfig
+from kopf.reactor.registries import OperatorRegistry
 
 
 class KopfRunner:
@@ -28,8 +31,12 @@ class KopfRunner:
             timeout: float | None = None,
             ready_timeout: float | None = None,
             env: dict[str, str | None] | None = None,
+            registry: OperatorRegistry | None = None,
+            settings: OperatorConfig | None = None,
     ) -> None:
         self.args = list(args)
+        self.registry = registry
+        self.settings = settings
         self.reraise = reraise
         self.timeout = timeout
         self.ready_timeout = ready_timeout
@@ -63,7 +70,8 @@ class KopfRunner:
 
     def _target(self) -> None:
         runner = click.testing.CliRunner()
-        controls = cli.CLIControls(stop_flag=self._stop, ready_flag=self._ready)
+        controls = cli.CLIControls(stop_flag=self._stop, ready_flag=self._ready,
+                                   registry=self.registry, settings=self.settings)
         self._result = runner.invoke(cli.main, self.args, obj=controls, env=self.env, catch_exceptions=True)
         self._ready.set()  # unblock a waiting __enter__ if the operator failed early
 

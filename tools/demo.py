@@ -472,7 +472,8 @@ def summary(narrator: Narrator, facts: dict[str, Any]) -> None:
     lines = [
         "kopf put its finalizer on the new object first, so that no deletion could skip the delete handler."
         if narrator.finalizer_added else None,
-        f"The create handlers ran one per handling cycle, and each one's progress was kept on the object itself, "
+        f"The create handlers ran one after another (the quick ones sharing one patch), and their progress was "
+        f"kept on the object itself, "
         f"in annotations {PREFIX}/<handler> (up to {narrator.most_at_once} at a time): "
         + ', '.join(f"{handler} ({n} attempt{'s' if n != 1 else ''})" for handler, n in attempts.items()) + '.',
         ' '.join(f"{handler!r} failed temporarily with {message!r}; its record said when to retry, and kopf "

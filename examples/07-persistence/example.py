@@ -56,7 +56,7 @@ class SQLiteProgressStorage(kopf.ProgressStorage):
         self.db.execute('DELETE FROM progress WHERE uid=? AND key=?', (body.metadata.uid, key))
 
     def flush(self):
-        # Called after every batch of stores and purges of one handling cycle.
+        # Called after every batch of stores and purges (e.g. after each attempt of a handler).
         self.db.commit()
 
     def erase(self, *, body):

@@ -1,53 +1,47 @@
 """
-Credentials and the authenticated HTTP session to the Kubernetes API.
+Credentials for the Kubernetes API: logging in from wherever users keep them.
 
-Login functions turn a kubeconfig or a pod's service account into a
-:class:`~kopf.structs.credentials.ConnectionInfo`; :class:`APIContext` turns
-that into one ``aiohttp`` session with TLS verification, authentication, and
-retries of transient failures, so that every other client module only says
-*what* to request.
+Login functions turn a kubeconfig, a pod's service account, or another
+Kubernetes client library's configuration into a
+:class:`~kopf.structs.credentials.ConnectionInfo`; the session
+(:class:`~kopf.clients.session.APIContext`, re-exported here) uses it, and
+calls a login again when the credentials expire or are refused.
 """
 from __future__ import annotations
 
-import asyncio
-import base64
-import contextlib
-import itertools
-import json as jsonlib
+import importlib
 import logging
 import os
-import shutil
-import ssl
-import tempfile
-import types
-from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any, TypeAlias
 
-import aiohttp
-import pykube
-import pykube.exceptions
-import yaml
-
-from kopf.clients.errors import APIConnectionError, APIError, APIServerError, check_response
+from kopf.clients import kubeconfig
+from kopf.clients.errors import LoginError
+from kopf.clients.session import APIContext, Relogin, make_ssl_context
 from kopf.structs.credentials import ConnectionInfo
-from kopf.structs.resources import ParamValue, build_query
+
+__all__ = [
+    'APIContext',
+    'LoginError',
+    'Relogin',
+    'login_default',
+    'login_via_async_client',
+    'login_via_client',
+    'login_via_incluster',
+    'login_via_kubeconfig',
+    'login_via_pykube',
+    'login_with_kubeconfig',
+    'login_with_service_account',
+    'make_ssl_context',
+]
 
 logger = logging.getLogger(__name__)
+_module_logger = logger  # for functions whose `logger` argument shadows it
 
 SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount'
-DEFAULT_KUBECONFIG = '~/.kube/config'
+DEFAULT_KUBECONFIG = kubeconfig.DEFAULT_KUBECONFIG
 
 Logger: TypeAlias = 'logging.Logger | logging.LoggerAdapter[Any]'
-
-# Ordinary requests in flight at once (streams are not counted). Beyond the API server's own
-# parallelism more of them only queue there, while every extra TLS connection costs the
-# operator a handshake and ~300 KB of buffers that stay with the process afterwards.
-MAX_CONCURRENT_REQUESTS = 32
-
-
-class LoginError(Exception):
-    """No usable credentials were found; the message says what was tried and why it failed."""
 
 
 # --- Credentials --------------------------------------------------------------------------------
@@ -74,8 +68,7 @@ def login_default() -> ConnectionInfo:
         return login_via_kubeconfig()
     except LoginError as e:
         failures.append(f"kubeconfig: {e}")
-    tried = ''.join(f"\n  - {failure}" for failure in failures)
-    raise LoginError(f"Cannot log in to any Kubernetes cluster. Tried:{tried}")
+    raise LoginError(f"Cannot log in to any Kubernetes cluster. Tried: {'; '.join(failures)}")
 
 
 def _looks_like_incluster() -> bool:
@@ -83,7 +76,12 @@ def _looks_like_incluster() -> bool:
 
 
 def login_via_incluster(path: str | None = None) -> ConnectionInfo:
-    """Credentials of the pod's service account: its token, the cluster CA, its namespace."""
+    """
+    Credentials of the pod's service account: its token, the cluster CA, its namespace.
+
+    The token file is followed as it changes: projected service-account
+    tokens are short-lived and rotated in place by the kubelet.
+    """
     path = path if path is not None else SERVICE_ACCOUNT_DIR
     host = os.environ.get('KUBERNETES_SERVICE_HOST')
     port = os.environ.get('KUBERNETES_SERVICE_PORT', '443')
@@ -104,334 +102,162 @@ def login_via_incluster(path: str | None = None) -> ConnectionInfo:
         server=f'https://{host}:{port}',
         ca_path=str(ca_file) if ca_file.is_file() else None,
         token=token,
+        token_path=str(directory / 'token'),
         default_namespace=namespace or None,
     )
 
 
 def login_via_kubeconfig(path: str | os.PathLike[str] | None = None, context: str | None = None) -> ConnectionInfo:
     """
-    Credentials from a kubeconfig file, as ``kubectl`` would use them.
+    Credentials from kubeconfig files, as ``kubectl`` would use them.
 
-    The file is the given path, else the first file of ``$KUBECONFIG``, else
-    ``~/.kube/config``; the context is the given one, else the file's current
-    context. Certificates and CAs may be files (relative to the kubeconfig) or
-    inline ``*-data`` fields. Exec plugins are not supported: they need to run
-    commands, which an operator should not do implicitly.
+    The file is the given path, else the files of ``$KUBECONFIG`` (merged),
+    else ``~/.kube/config``; the context is the given one, else the current
+    context. Certificates and CAs may be files (relative to the kubeconfig)
+    or inline ``*-data`` fields; tokens may be inline or in a ``tokenFile``
+    (followed as it changes); ``exec`` credential plugins are run. Errors
+    name the file, the entry and the field, but never show the file's content.
     """
-    filepath = _kubeconfig_path(path)
-    if not filepath.is_file():
-        raise LoginError(f"The kubeconfig {filepath} does not exist.")
+    config = kubeconfig.load(kubeconfig.kubeconfig_paths(path))
+    return kubeconfig.connection_info(config, context=context)
+
+
+# --- Kopf-compatible login helpers (for @kopf.on.login handlers) ---------------------------------
+
+
+def login_with_service_account(**_: Any) -> ConnectionInfo | None:
+    """The pod's service account, or ``None`` outside of a pod."""
+    if not _looks_like_incluster():
+        return None
+    return login_via_incluster()
+
+
+def login_with_kubeconfig(**_: Any) -> ConnectionInfo | None:
+    """The kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``), or ``None`` if there is none."""
+    if not any(path.is_file() for path in kubeconfig.kubeconfig_paths()):
+        return None
+    return login_via_kubeconfig()
+
+
+def login_via_pykube(*, logger: Logger | None = None, **_: Any) -> ConnectionInfo | None:
+    """
+    The credentials as ``pykube-ng`` finds them: the service account, else the kubeconfig.
+
+    Returns ``None`` if pykube finds no configuration at all.
+    """
     try:
-        config = pykube.KubeConfig.from_file(str(filepath), current_context=context)
-        if context is None and not (config.doc or {}).get('current-context'):
-            raise LoginError("No context is given, and the kubeconfig has no current-context.")
-        return _info_from_kubeconfig(config)
-    except LoginError as e:
-        raise LoginError(f"{e} (in the kubeconfig {filepath})") from e
-    except (pykube.exceptions.PyKubeError, KeyError, TypeError, ValueError, OSError, yaml.YAMLError) as e:
-        raise LoginError(f"Cannot use the kubeconfig {filepath}: {type(e).__name__}: {e}") from e
-
-
-def _kubeconfig_path(path: str | os.PathLike[str] | None) -> Path:
-    if path is not None:
-        return Path(path).expanduser()
-    env = os.environ.get('KUBECONFIG', '')
-    first = next((item for item in env.split(os.pathsep) if item), None)
-    return Path(first or DEFAULT_KUBECONFIG).expanduser()
-
-
-def _info_from_kubeconfig(config: Any) -> ConnectionInfo:
-    context_name = config.current_context
-    if context_name not in config.contexts:
-        raise LoginError(f"The context {context_name!r} is not defined; known: {sorted(config.contexts)}.")
-    context = config.contexts[context_name] or {}
-    cluster_name = context.get('cluster')
-    user_name = context.get('user')
-    raw_cluster = _named_section(config.doc, 'clusters', 'cluster', cluster_name)
-    raw_user = _named_section(config.doc, 'users', 'user', user_name) if user_name else {}
-    if raw_cluster is None:
-        raise LoginError(f"The cluster {cluster_name!r} of the context {context_name!r} is not defined.")
-    if raw_user is None:
-        raise LoginError(f"The user {user_name!r} of the context {context_name!r} is not defined.")
-    if not raw_cluster.get('server'):
-        raise LoginError(f"The cluster {cluster_name!r} has no server URL.")
-    cluster = config.clusters[cluster_name]
-    user = config.users.get(user_name, {}) if user_name else {}
-
-    ca_path, ca_data = _file_or_data(raw_cluster, cluster, 'certificate-authority')
-    cert_path, cert_data = _file_or_data(raw_user, user, 'client-certificate')
-    key_path, key_data = _file_or_data(raw_user, user, 'client-key')
-    token = _token(user, base=Path(config.filepath).parent if config.filepath else None)
-    username = user.get('username')
-    password = user.get('password')
-    has_credentials = token or cert_path or cert_data or username
-    if not has_credentials and user.get('exec'):
-        raise LoginError(f"The user {user_name!r} uses an exec plugin, which is not supported; "
-                         "use a token or client certificates, or an @kopf.on.login handler.")
+        import pykube
+    except ImportError:
+        raise LoginError("kopf.login_via_pykube() needs pykube-ng: pip install pykube-ng") from None
+    log = logger if logger is not None else _module_logger
+    try:
+        config = pykube.KubeConfig.from_service_account()
+    except (FileNotFoundError, KeyError):
+        try:
+            config = pykube.KubeConfig.from_file()
+        except (FileNotFoundError, pykube.exceptions.PyKubeError):
+            log.debug("pykube has found no kubeconfig and no service account.")
+            return None
+        except Exception as e:
+            raise LoginError(f"pykube cannot use the kubeconfig: {type(e).__name__}.") from None
+    cluster = config.cluster
+    user = config.user
+    ca = cluster.get('certificate-authority')
+    cert = user.get('client-certificate')
+    key = user.get('client-key')
+    namespace = config.namespace
     return ConnectionInfo(
-        server=str(raw_cluster['server']),
-        ca_path=ca_path,
-        ca_data=ca_data,
-        insecure=bool(raw_cluster.get('insecure-skip-tls-verify', False)),
-        username=str(username) if username is not None else None,
-        password=str(password) if password is not None else None,
-        token=token,
-        certificate_path=cert_path,
-        private_key_path=key_path,
-        certificate_data=cert_data,
-        private_key_data=key_data,
-        default_namespace=context.get('namespace') or None,
+        server=str(cluster['server']),
+        ca_path=str(ca.filename()) if ca is not None else None,
+        insecure=bool(cluster.get('insecure-skip-tls-verify')),
+        username=user.get('username'),
+        password=user.get('password'),
+        token=user.get('token'),
+        certificate_path=str(cert.filename()) if cert is not None else None,
+        private_key_path=str(key.filename()) if key is not None else None,
+        default_namespace=namespace if namespace and namespace != 'default' else None,
     )
 
 
-def _named_section(doc: Any, listing: str, field: str, name: Any) -> Mapping[str, Any] | None:
-    """The raw ``cluster:``/``user:`` dict of a named kubeconfig entry, as written in the file."""
-    for entry in (doc or {}).get(listing) or []:
-        if isinstance(entry, Mapping) and entry.get('name') == name:
-            section = entry.get(field)
-            return section if isinstance(section, Mapping) else {}
-    return None
-
-
-def _file_or_data(raw: Mapping[str, Any], parsed: Mapping[str, Any], key: str) -> tuple[str | None, bytes | None]:
+def login_via_client(*, logger: Logger | None = None, **_: Any) -> ConnectionInfo | None:
     """
-    A certificate or key as a path or as data, exactly as the kubeconfig gives it.
+    The credentials as the official ``kubernetes`` client loads them (in-cluster, else kubeconfig).
 
-    The parser resolves relative paths and decodes base64; the raw section
-    tells which form was used, so that files stay files (and are re-read on
-    every connection) and inline data never touches the disk here.
+    Returns ``None`` if the client finds no configuration; fails with a
+    clear :class:`LoginError` if the ``kubernetes`` package is not installed.
     """
-    value = parsed.get(key)
-    if value is None:
-        return None, None
-    if f'{key}-data' in raw:
-        return None, bytes(value.bytes())
-    return str(value.filename()), None
-
-
-def _token(user: Mapping[str, Any], *, base: Path | None) -> str | None:
-    if user.get('token'):
-        return str(user['token']).strip()
-    token_file = user.get('tokenFile')
-    if token_file:
-        path = Path(token_file) if base is None else base / Path(token_file).expanduser()
+    try:
+        kubernetes: Any = importlib.import_module('kubernetes')  # optional; untyped
+    except ImportError:
+        raise LoginError("kopf.login_via_client() needs the official Kubernetes client: "
+                         "pip install kubernetes") from None
+    log = logger if logger is not None else _module_logger
+    configuration = kubernetes.client.Configuration()
+    try:
+        kubernetes.config.load_incluster_config(client_configuration=configuration)
+    except kubernetes.config.ConfigException:
         try:
-            return path.read_text(encoding='utf-8').strip()
-        except OSError as e:
-            raise LoginError(f"Cannot read the token file {path}: {e}") from e
-    provider_config = (user.get('auth-provider') or {}).get('config') or {}
-    for field in ('id-token', 'access-token'):  # OIDC and GCP providers cache the last token here
-        if provider_config.get(field):
-            return str(provider_config[field])
-    return None
+            kubernetes.config.load_kube_config(config_file=_client_kubeconfig(), client_configuration=configuration)
+        except kubernetes.config.ConfigException as e:
+            log.debug("The kubernetes client has found no configuration: %s", type(e).__name__)
+            return None
+    return _info_from_client_configuration(configuration)
 
 
-# --- Session ------------------------------------------------------------------------------------
-
-
-def make_ssl_context(info: ConnectionInfo) -> ssl.SSLContext:
+async def login_via_async_client(*, logger: Logger | None = None, **_: Any) -> ConnectionInfo | None:
     """
-    A TLS context that verifies the server, unless the user explicitly disabled it.
+    The credentials as ``kubernetes_asyncio`` loads them (in-cluster, else kubeconfig).
 
-    Client certificates given as data are written to a private temporary
-    directory only for the moment of loading them, then removed: the context
-    keeps them in memory.
+    Returns ``None`` if the client finds no configuration; fails with a
+    clear :class:`LoginError` if ``kubernetes_asyncio`` is not installed.
     """
-    cadata: str | bytes | None = None
-    if info.ca_data is not None:
-        cadata = info.ca_data.decode('ascii') if b'-----BEGIN' in info.ca_data else info.ca_data
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=info.ca_path, cadata=cadata)
-    if info.insecure:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    if info.certificate_path or info.certificate_data:
-        tmpdir = tempfile.mkdtemp(prefix='kopf-tls-')  # created with 0700 permissions
+    try:
+        kubernetes_asyncio: Any = importlib.import_module('kubernetes_asyncio')  # optional; untyped
+    except ImportError:
+        raise LoginError("kopf.login_via_async_client() needs kubernetes_asyncio: "
+                         "pip install kubernetes_asyncio") from None
+    log = logger if logger is not None else _module_logger
+    configuration = kubernetes_asyncio.client.Configuration()
+    try:
+        kubernetes_asyncio.config.load_incluster_config(client_configuration=configuration)
+    except kubernetes_asyncio.config.ConfigException:
         try:
-            certfile = _materialize(tmpdir, 'client.crt', info.certificate_data, info.certificate_path)
-            keyfile = _materialize(tmpdir, 'client.key', info.private_key_data, info.private_key_path)
-            assert certfile is not None
-            context.load_cert_chain(certfile=certfile, keyfile=keyfile)
-        finally:
-            shutil.rmtree(tmpdir, ignore_errors=True)
-    return context
+            await kubernetes_asyncio.config.load_kube_config(config_file=_client_kubeconfig(),
+                                                             client_configuration=configuration)
+        except kubernetes_asyncio.config.ConfigException as e:
+            log.debug("kubernetes_asyncio has found no configuration: %s", type(e).__name__)
+            return None
+    return _info_from_client_configuration(configuration)
 
 
-def _materialize(tmpdir: str, filename: str, data: bytes | None, path: str | None) -> str | None:
-    if data is None:
-        return path
-    target = os.path.join(tmpdir, filename)
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, 'wb') as f:
-        f.write(data)
-    return target
+def _client_kubeconfig() -> str:
+    """The kubeconfig as of now: the clients read ``$KUBECONFIG`` only once, when imported."""
+    return os.environ.get('KUBECONFIG') or DEFAULT_KUBECONFIG
 
 
-class APIContext:
-    """
-    One authenticated session to one API server, used by all client functions.
-
-    Use it as ``async with APIContext(info) as context: ...``. Transient
-    failures — connection errors, timeouts, 5xx, and 429 "too many requests",
-    which the server sends when it sheds load and which is explicitly meant to
-    be retried — are retried ``retries`` times with an exponential back-off
-    (``backoff``, doubling, capped at ``max_backoff``), each logged as a
-    warning. Other 4xx errors are raised at once: repeating the same request
-    cannot fix them. At most ``max_concurrent_requests`` requests are in
-    flight at once (the others wait for a slot); streams are not limited.
-    """
-
-    def __init__(
-            self,
-            info: ConnectionInfo,
-            *,
-            retries: int = 4,
-            backoff: float = 0.5,
-            max_backoff: float = 10.0,
-            timeout: float | None = 60.0,
-            max_concurrent_requests: int = MAX_CONCURRENT_REQUESTS,
-            logger: Logger | None = None,
-    ) -> None:
-        self.info = info
-        self.server = info.server.rstrip('/')
-        self.retries = retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self.timeout = timeout
-        self.logger: Logger = logger if logger is not None else logging.getLogger(__name__)
-        self._session: aiohttp.ClientSession | None = None
-        self._request_slots = asyncio.Semaphore(max_concurrent_requests)
-
-    async def __aenter__(self) -> APIContext:
-        await self.open()
-        return self
-
-    async def __aexit__(
-            self,
-            exc_type: type[BaseException] | None,
-            exc_val: BaseException | None,
-            exc_tb: types.TracebackType | None,
-    ) -> None:
-        await self.close()
-
-    async def open(self) -> None:
-        """Create the session; done by ``async with``, available for long-lived owners."""
-        if self._session is not None:
-            return
-        ssl_context = make_ssl_context(self.info)
-        if self.info.insecure:
-            self.logger.warning("TLS verification of %s is disabled (insecure-skip-tls-verify).", self.server)
-        headers = {'User-Agent': 'kopf', 'Accept': 'application/json'}
-        if self.info.token:
-            headers['Authorization'] = f'Bearer {self.info.token}'
-        elif self.info.username is not None:
-            pair = f'{self.info.username}:{self.info.password or ""}'.encode()
-            headers['Authorization'] = f'Basic {base64.b64encode(pair).decode("ascii")}'
-        connector = aiohttp.TCPConnector(ssl=ssl_context, limit=0)
-        self._session = aiohttp.ClientSession(connector=connector, headers=headers)
-
-    async def close(self) -> None:
-        if self._session is not None:
-            session, self._session = self._session, None
-            await session.close()
-
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            raise RuntimeError("The API context is not open; use it as `async with APIContext(...)`.")
-        return self._session
-
-    def url(self, url_or_path: str, params: Mapping[str, ParamValue] | None = None) -> str:
-        """A full URL from a path on the server (``/api/v1/...``) or a full URL, plus query parameters."""
-        url = self.server + url_or_path if url_or_path.startswith('/') else url_or_path
-        query = build_query(params or {})
-        if query:
-            url = f"{url}{'&' if '?' in url else '?'}{query}"
-        return url
-
-    async def request(
-            self,
-            method: str,
-            url_or_path: str,
-            *,
-            json: Any = None,
-            params: Mapping[str, ParamValue] | None = None,
-            headers: Mapping[str, str] | None = None,
-            timeout: float | None = None,
-    ) -> Any:
-        """
-        Send one request (retrying transient failures) and return the parsed JSON body.
-
-        Raises the typed :mod:`kopf.clients.errors` for error responses and
-        :class:`~kopf.clients.errors.APIConnectionError` if the server stays
-        unreachable. An empty body gives ``None``.
-        """
-        url = self.url(url_or_path, params)
-        data = jsonlib.dumps(json).encode('utf-8') if json is not None else None
-        all_headers = {'Content-Type': 'application/json'} if data is not None else {}
-        all_headers.update(headers or {})
-        client_timeout = aiohttp.ClientTimeout(total=timeout if timeout is not None else self.timeout)
-        for attempt in itertools.count(1):
-            try:
-                async with self._request_slots, self.session.request(
-                        method, url, data=data, headers=all_headers, timeout=client_timeout,
-                ) as response:
-                    await check_response(response)
-                    text = await response.text()
-                    return jsonlib.loads(text) if text.strip() else None
-            except APIError as e:
-                if not _is_transient(e) or attempt > self.retries:
-                    raise
-                problem = str(e)
-            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError) as e:
-                if attempt > self.retries:
-                    raise APIConnectionError(
-                        f"{method} {url} failed after {attempt} attempts: {_describe(e)}") from e
-                problem = _describe(e)
-            delay = min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
-            self.logger.warning("%s %s failed: %s; retrying in %.2fs (retry %d of %d).",
-                                method, url, problem, delay, attempt, self.retries)
-            await asyncio.sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    @contextlib.asynccontextmanager
-    async def stream(
-            self,
-            method: str,
-            url_or_path: str,
-            *,
-            params: Mapping[str, ParamValue] | None = None,
-            headers: Mapping[str, str] | None = None,
-            timeout: float | None = None,
-            connect_timeout: float | None = None,
-    ) -> AsyncIterator[aiohttp.ClientResponse]:
-        """
-        Open a streaming response (for watches), without retries: the caller reconnects.
-
-        ``timeout`` limits the whole response (``None``: unlimited, as a watch
-        ends when the server says so); ``connect_timeout`` limits connecting.
-        Error statuses are raised as typed errors, unreachable servers as
-        :class:`~kopf.clients.errors.APIConnectionError`; timeouts are raised
-        as ``asyncio.TimeoutError``, which a watcher treats as a normal end.
-        """
-        url = self.url(url_or_path, params)
-        client_timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=connect_timeout)
-        try:
-            response = await self.session.request(method, url, headers=headers, timeout=client_timeout)
-        except asyncio.TimeoutError:
-            raise
-        except aiohttp.ClientConnectionError as e:
-            raise APIConnectionError(f"{method} {url} failed: {_describe(e)}") from e
-        try:
-            await check_response(response)
-            yield response
-        finally:
-            response.release()
-
-
-def _is_transient(error: APIError) -> bool:
-    return isinstance(error, APIServerError) or error.status == 429
-
-
-def _describe(error: BaseException) -> str:
-    text = str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+def _info_from_client_configuration(configuration: Any) -> ConnectionInfo:
+    """Both official clients share the shape of their ``Configuration``."""
+    hook = getattr(configuration, 'refresh_api_key_hook', None)
+    if callable(hook):
+        hook(configuration)
+    header = (configuration.api_key or {}).get('authorization') or (configuration.api_key or {}).get('BearerToken')
+    prefix = (configuration.api_key_prefix or {}).get('authorization')
+    scheme: str | None = None
+    token: str | None = None
+    if header:
+        parts = str(header).split(' ', 1)
+        if len(parts) == 2:
+            scheme, token = parts
+        else:
+            scheme, token = prefix or 'Bearer', parts[0]
+    return ConnectionInfo(
+        server=str(configuration.host),
+        ca_path=configuration.ssl_ca_cert or None,
+        insecure=not configuration.verify_ssl,
+        username=configuration.username or None,
+        password=configuration.password or None,
+        scheme=scheme,
+        token=token,
+        certificate_path=configuration.cert_file or None,
+        private_key_path=configuration.key_file or None,
+    )

@@ -32,8 +32,8 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kopf.clients.auth import APIContext
 from kopf.clients.errors import APIConnectionError, APIError, APINotFoundError
+from kopf.clients.session import APIContext
 from kopf.structs.resources import Resource, Selector
 
 logger = logging.getLogger(__name__)
@@ -224,3 +224,33 @@ async def _resource_list(*, context: APIContext, group: str, version: str, cache
             return None
         cache.lists[key] = list((document or {}).get('resources') or [])
     return cache.lists[key]
+
+
+async def scan(*, context: APIContext) -> list[Resource]:
+    """
+    Every resource that the cluster serves and that can be listed and watched (for ``kopf.EVERYTHING``).
+
+    Only the preferred version of each group is taken (one resource, one
+    watch); subresources and resources without the ``list`` and ``watch``
+    verbs (reviews, bindings, ...) are skipped. Groups that fail to answer
+    are skipped with a warning, as in the resolution of bare names.
+    """
+    cache = _caches.setdefault(context, _Cache())
+    resources: list[Resource] = []
+    core = _GroupInfo(name='', versions=('v1',))
+    for group in [core, *await _groups(context=context, cache=cache)]:
+        if not group.versions:
+            continue
+        version = group.versions[0]
+        entries = await _resource_list(context=context, group=group.name, version=version, cache=cache,
+                                       tolerant=True)
+        watchable = [entry for entry in entries or []
+                     if {'list', 'watch'} <= set(entry.get('verbs') or ())]
+        resources.extend(candidate.resource for candidate in _match(Selector(everything=True), group.name,
+                                                                     version, [*watchable, *_subresources(entries)]))
+    return resources
+
+
+def _subresources(entries: list[Mapping[str, Any]] | None) -> list[Mapping[str, Any]]:
+    """The subresource entries (``plural/status``), so that the resources know their subresources."""
+    return [entry for entry in entries or [] if '/' in str(entry.get('name', ''))]

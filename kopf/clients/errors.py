@@ -62,6 +62,27 @@ class APIServerError(APIError):
     """5xx: the server failed; usually temporary."""
 
 
+class APITooManyRequestsError(APIServerError):
+    """
+    429: the server sheds load and asks to come back later (``retry_after`` seconds).
+
+    A server-side, temporary condition like a 5xx, hence a subclass of
+    :class:`APIServerError`: callers that re-send on 5xx re-send on it too.
+    The client itself waits out the ``Retry-After`` several times before a
+    caller ever sees this error.
+    """
+
+    @property
+    def retry_after(self) -> float | None:
+        """The server's ``Retry-After`` in seconds, if it has said so."""
+        value = (self.details or {}).get('retryAfterSeconds')
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+class LoginError(Exception):
+    """No usable credentials were found; the message says what was tried and why it failed."""
+
+
 class APIConnectionError(ConnectionError):
     """
     The server could not be reached (after the retries, if any).
@@ -78,6 +99,7 @@ _CLASSES: dict[int, type[APIError]] = {
     409: APIConflictError,
     410: APIGoneError,
     422: APIUnprocessableError,
+    429: APITooManyRequestsError,
 }
 
 
@@ -125,4 +147,34 @@ async def check_response(response: aiohttp.ClientResponse) -> None:
     except ValueError:
         payload = text
     where = f"{response.method} {response.url.path}"
-    raise error_from_status(payload, status=response.status, where=where)
+    error = error_from_status(payload, status=response.status, where=where)
+    retry_after = parse_retry_after(response.headers.get('Retry-After'))
+    if retry_after is not None and isinstance(error, APITooManyRequestsError):
+        error.details = {**(error.details or {}), 'retryAfterSeconds': retry_after}
+    raise error
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header (the API server sends seconds; dates are not used)."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 and seconds == seconds else None
+
+
+def describe_api_failure(error: APIError | APIConnectionError) -> str:
+    """One line for a request that has failed for good, saying what it means and what to check."""
+    if isinstance(error, APIConnectionError):
+        return (f"Cannot reach the Kubernetes API: {error}. "
+                f"Check the server address of the kubeconfig (or the login handlers) and the network.")
+    if isinstance(error, APIUnauthorizedError):
+        return (f"The Kubernetes API has refused the credentials, also after logging in again: {error}. "
+                f"Check the user of the kubeconfig's context (its token, certificate, or exec plugin), "
+                f"or the login handlers.")
+    if isinstance(error, APIForbiddenError):
+        return (f"The Kubernetes API has forbidden a request: {error}. "
+                f"Grant the operator's user or service account this permission (RBAC).")
+    return f"The Kubernetes API has failed: {error}"

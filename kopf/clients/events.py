@@ -13,7 +13,7 @@ import socket
 from collections.abc import Mapping
 from typing import Any, TypeAlias
 
-from kopf.clients.auth import APIContext
+from kopf.clients.session import APIContext
 
 Logger: TypeAlias = 'logging.Logger | logging.LoggerAdapter[Any]'
 

@@ -14,8 +14,8 @@ import logging
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeAlias
 
-from kopf.clients.auth import APIContext
 from kopf.clients.errors import APINotFoundError
+from kopf.clients.session import APIContext
 from kopf.structs.dicts import FieldPath, format_field
 from kopf.structs.resources import Resource
 

@@ -30,15 +30,19 @@ from typing import Any, Literal, Protocol, TypeAlias, TypedDict, TypeVar
 
 import aiohttp
 
-from kopf.clients.auth import APIContext
-from kopf.clients.errors import APIConnectionError, APIGoneError, APIServerError, error_from_status
+from kopf.clients.errors import (
+    APIConnectionError,
+    APIGoneError,
+    APIServerError,
+    APITooManyRequestsError,
+    error_from_status,
+)
 from kopf.clients.fetching import list_objs
+from kopf.clients.session import APIContext
 from kopf.structs.resources import ParamValue, Resource
 
 Logger: TypeAlias = 'logging.Logger | logging.LoggerAdapter[Any]'
 EventType = Literal['ADDED', 'MODIFIED', 'DELETED']
-
-MAX_RECONNECT_BACKOFF = 30.0  # seconds; the growing back-off between failed reconnects stops here
 
 _T = TypeVar('_T')
 
@@ -63,7 +67,16 @@ class WatchSettings(Protocol):
     def connect_timeout(self) -> float | None: ...
 
     @property
+    def inactivity_timeout(self) -> float | None: ...
+
+    @property
     def reconnect_backoff(self) -> float: ...
+
+    @property
+    def max_reconnect_backoff(self) -> float: ...
+
+    @property
+    def list_limit(self) -> int | None: ...
 
 
 async def infinite_watch(
@@ -81,7 +94,10 @@ async def infinite_watch(
     Listed objects are yielded with ``type: None``; watch events as they come,
     except ``BOOKMARK`` (which only advances the ``resourceVersion``).
     Connection errors and 5xx are retried with a growing back-off starting at
-    ``settings.reconnect_backoff``; other errors (e.g. 403 for missing RBAC
+    ``settings.reconnect_backoff``, which resets as soon as a watch stream is
+    established again; ``429`` waits as long as the server asks. A stream
+    that stays silent longer than ``settings.inactivity_timeout`` is taken for
+    a dead connection and re-opened. Other errors (e.g. 403 for missing RBAC
     permissions) are raised, since retrying cannot fix them.
     """
     log: Logger = logger if logger is not None else logging.getLogger(__name__)
@@ -92,7 +108,8 @@ async def infinite_watch(
     while not stopper.is_set():
         try:
             if tracker.resource_version is None:
-                listing = await stopper.race(list_objs(context=context, resource=resource, namespace=namespace))
+                listing = await stopper.race(list_objs(context=context, resource=resource, namespace=namespace,
+                                                       limit=settings.list_limit, logger=log))
                 if listing is _STOPPED:
                     return
                 items, resource_version = listing
@@ -107,7 +124,9 @@ async def infinite_watch(
                                  stopper=stopper, log=log)
             async with contextlib.aclosing(stream):
                 async for raw in stream:
-                    delay = settings.reconnect_backoff
+                    if raw is _OPENED:
+                        delay = settings.reconnect_backoff  # the server is there and accepts us
+                        continue
                     watched = tracker.watched(raw)
                     if watched is not None:
                         yield watched
@@ -115,16 +134,37 @@ async def infinite_watch(
                         return
             log.debug("The watch of %s has ended; continuing from resourceVersion %r.",
                       where, tracker.resource_version)
+            continue
         except APIGoneError:
             log.info("The resourceVersion %r of %s has expired; relisting.", tracker.resource_version, where)
             tracker.resource_version = None
+            continue
         except asyncio.TimeoutError:
             log.debug("The watch of %s has timed out; continuing from resourceVersion %r.",
                       where, tracker.resource_version)
+            continue
+        except WatchStalledError as e:
+            log.warning("The watch of %s %s: the connection is probably dead; "
+                        "reconnecting from resourceVersion %r in %.2fs.", where, e, tracker.resource_version, delay)
+        except APITooManyRequestsError as e:
+            delay = max(delay, e.retry_after or 0.0)
+            log.warning("The watch of %s is throttled by the server (429 Too Many Requests); "
+                        "reconnecting in %.2fs.", where, delay)
         except (APIServerError, APIConnectionError, aiohttp.ClientError) as e:
             log.warning("The watch of %s has failed: %s; reconnecting in %.2fs.", where, e, delay)
-            await stopper.sleep(delay)
-            delay = min(delay * 2, max(MAX_RECONNECT_BACKOFF, settings.reconnect_backoff))
+        await stopper.sleep(delay)
+        delay = min(delay * 2, max(settings.max_reconnect_backoff, settings.reconnect_backoff))
+
+
+class WatchStalledError(Exception):
+    """A watch stream carried nothing for too long, or its request got no answer: a dead connection."""
+
+
+class _OpenedType(enum.Enum):
+    OPENED = 'opened'
+
+
+_OPENED = _OpenedType.OPENED
 
 
 async def _watch_once(
@@ -136,8 +176,8 @@ async def _watch_once(
         resource_version: str | None,
         stopper: _Stopper,
         log: Logger,
-) -> AsyncGenerator[Mapping[str, Any], None]:
-    """One watch request: the raw events until the server (or the client) ends it."""
+) -> AsyncGenerator[Mapping[str, Any] | _OpenedType, None]:
+    """One watch request: ``_OPENED`` once established, then the raw events until it ends."""
     params: dict[str, ParamValue] = {
         'watch': True,
         'allowWatchBookmarks': True,
@@ -145,15 +185,24 @@ async def _watch_once(
         'timeoutSeconds': math.ceil(settings.server_timeout) if settings.server_timeout is not None else None,
     }
     url = resource.get_url(server=context.server, namespace=namespace, params=params)
+    inactivity = settings.inactivity_timeout
     async with contextlib.AsyncExitStack() as stack:
         opening = stack.enter_async_context(context.stream(
-            'GET', url, timeout=settings.client_timeout, connect_timeout=settings.connect_timeout))
-        response = await stopper.race(opening)
+            'GET', url, timeout=settings.client_timeout, connect_timeout=settings.connect_timeout,
+            read_timeout=inactivity))
+        try:
+            response = await stopper.race(opening)
+        except asyncio.TimeoutError:
+            raise WatchStalledError("got no answer to the watch request in time") from None
         if response is _STOPPED:
             return
+        yield _OPENED
         splitter = LineSplitter()
         while True:
-            chunk = await stopper.race(response.content.readany())
+            try:
+                chunk = await stopper.race(response.content.readany())
+            except aiohttp.SocketTimeoutError:
+                raise WatchStalledError(f"has been silent for {inactivity:g}s, not even a bookmark") from None
             if chunk is _STOPPED:
                 return
             lines = splitter.feed(chunk) if chunk else splitter.flush()

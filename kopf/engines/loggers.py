@@ -28,14 +28,32 @@ def make_ref(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class ObjectLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """A logger that prefixes messages with the object and remembers which object they are about."""
+    """
+    A logger that prefixes messages with the object and remembers which object they are about.
 
-    def __init__(self, *, body: Mapping[str, Any], logger: logging.Logger | None = None) -> None:
+    ``settings`` (optional) decide the posting of its messages as Events
+    instead of the running operator's settings.
+    """
+
+    def __init__(self, *, body: Mapping[str, Any], settings: Any = None, logger: logging.Logger | None = None) -> None:
         self.ref = make_ref(body)
+        self.settings = settings
         super().__init__(logger or logging.getLogger('kopf.objects'), {'k8s_ref': self.ref})
 
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
-        kwargs['extra'] = {'k8s_ref': self.ref, **kwargs.get('extra', {})}
+        extra = {'k8s_ref': self.ref, **kwargs.get('extra', {})}
+        if self.settings is not None:
+            extra.setdefault('k8s_settings', self.settings)
+        kwargs['extra'] = extra
+        return msg, kwargs
+
+
+class LocalObjectLogger(ObjectLogger):
+    """A per-object logger whose messages are never posted as Events: for the operator's log only."""
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+        msg, kwargs = super().process(msg, kwargs)
+        kwargs['extra']['k8s_skip'] = True
         return msg, kwargs
 
 
@@ -56,7 +74,11 @@ class ObjectFormatter(logging.Formatter):
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line, for log collectors."""
+    """One JSON object per line, for log collectors; the object's reference goes under ``refkey``."""
+
+    def __init__(self, *args: Any, refkey: str = 'object', **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.refkey = refkey
 
     def format(self, record: logging.LogRecord) -> str:
         data: dict[str, Any] = {
@@ -67,32 +89,8 @@ class JsonFormatter(logging.Formatter):
         }
         ref = getattr(record, 'k8s_ref', None)
         if ref:
-            data['object'] = ref
+            data[self.refkey] = ref
         if record.exc_info:
             data['exception'] = self.formatException(record.exc_info)
         return json.dumps(data)
 
-
-FORMATS = {
-    'plain': '%(message)s',
-    'full': '[%(asctime)s] %(name)-20.20s [%(levelname)-8.8s] %(message)s',
-}
-
-
-def configure(*, level: int = logging.INFO, log_format: str = 'full') -> None:
-    """Set up the root logging for ``kopf run``: one stream handler with the chosen format."""
-    handler = logging.StreamHandler()
-    if log_format == 'json':
-        handler.setFormatter(JsonFormatter())
-    elif log_format in FORMATS:
-        handler.setFormatter(ObjectFormatter(FORMATS[log_format]))
-    else:
-        raise ValueError(f"Unknown log format {log_format!r}; use one of: plain, full, json.")
-    root = logging.getLogger()
-    for old in [h for h in root.handlers if getattr(h, '_kopf', False)]:
-        root.removeHandler(old)
-    handler._kopf = True  # type: ignore[attr-defined]
-    root.addHandler(handler)
-    root.setLevel(level)
-    # The HTTP client's own debug output is too noisy even for --debug.
-    logging.getLogger('asyncio').setLevel(max(level, logging.INFO))

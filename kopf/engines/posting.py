@@ -1,5 +1,12 @@
 """
-Posting Kubernetes Events: from per-object log messages and from ``kopf.event()``.
+Posting Kubernetes Events: from ``kopf.event/info/warn/exception`` and, if enabled, from per-object logs.
+
+What is posted follows ``settings.posting`` (as in Kopf): ``enabled``
+switches all posting off; ``level`` (default INFO) is the lowest level of
+the explicit ``kopf.info`` (INFO), ``kopf.warn`` (WARNING) and
+``kopf.exception`` (ERROR) that is posted, while ``kopf.event`` (any type)
+is always posted; ``loggers`` (default off) also posts the per-object log
+messages of handlers and of the framework at or above that level.
 
 Messages are only queued here, never sent directly, so that logging stays
 synchronous and cheap; a background task of the operator sends them. Posting
@@ -15,6 +22,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
+from kopf.config import PostingConfig
 from kopf.engines.loggers import make_ref
 
 logger = logging.getLogger('kopf.engines.posting')
@@ -33,12 +41,25 @@ class K8sEvent:
 # The queue of the operator running in this context (set by the operator at start).
 event_queue_var: contextvars.ContextVar[asyncio.Queue[K8sEvent]] = contextvars.ContextVar('event_queue_var')
 event_loop_var: contextvars.ContextVar[asyncio.AbstractEventLoop] = contextvars.ContextVar('event_loop_var')
+event_settings_var: contextvars.ContextVar[PostingConfig] = contextvars.ContextVar('event_settings_var')
 
 Poster = Callable[[K8sEvent], Awaitable[None]]
 
 
-def enqueue(event: K8sEvent) -> None:
-    """Queue an event for posting, also from handler threads; warn if no operator runs."""
+def accepts(settings: PostingConfig, level: int | None) -> bool:
+    """Whether an event of this logging level (``None``: of ``kopf.event``) is to be posted."""
+    return settings.enabled and (level is None or level >= settings.level)
+
+
+def enqueue(event: K8sEvent, *, level: int | None = None) -> None:
+    """Queue an event for posting if the operator's settings accept its level, also from handler threads."""
+    settings = event_settings_var.get(None)
+    if settings is None or accepts(settings, level):
+        _queue(event)
+
+
+def _queue(event: K8sEvent) -> None:
+    """Queue an event of the operator running in this context; warn if no operator runs."""
     try:
         queue = event_queue_var.get()
         loop = event_loop_var.get()
@@ -56,18 +77,25 @@ def enqueue(event: K8sEvent) -> None:
 
 
 def event(objs: Mapping[str, Any] | Iterable[Mapping[str, Any]], *, type: str, reason: str, message: str = '') -> None:
-    """Post an Event about one or several objects (bodies or references)."""
-    for obj in ([objs] if isinstance(objs, Mapping) else objs):
-        ref = obj if 'metadata' not in obj else make_ref(obj)
-        enqueue(K8sEvent(ref=ref, type=type, reason=reason, message=message[:MAX_MESSAGE_LENGTH]))
+    """Post an Event of any type about one or several objects (bodies or references)."""
+    _post(objs, type=type, reason=reason, message=message, level=None)
 
 
 def info(objs: Mapping[str, Any] | Iterable[Mapping[str, Any]], *, reason: str, message: str = '') -> None:
-    event(objs, type='Normal', reason=reason, message=message)
+    """Post a Normal Event (at the INFO level of ``settings.posting.level``)."""
+    _post(objs, type='Normal', reason=reason, message=message, level=logging.INFO)
 
 
 def warn(objs: Mapping[str, Any] | Iterable[Mapping[str, Any]], *, reason: str, message: str = '') -> None:
-    event(objs, type='Warning', reason=reason, message=message)
+    """Post a Warning Event (at the WARNING level of ``settings.posting.level``)."""
+    _post(objs, type='Warning', reason=reason, message=message, level=logging.WARNING)
+
+
+def _post(objs: Mapping[str, Any] | Iterable[Mapping[str, Any]], *,
+          type: str, reason: str, message: str, level: int | None) -> None:
+    for obj in ([objs] if isinstance(objs, Mapping) else objs):
+        ref = obj if 'metadata' not in obj else make_ref(obj)
+        enqueue(K8sEvent(ref=ref, type=type, reason=reason, message=message[:MAX_MESSAGE_LENGTH]), level=level)
 
 
 def exception(
@@ -77,30 +105,39 @@ def exception(
         message: str = '',
         exc: BaseException | None = None,
 ) -> None:
-    """Post an Error event about the exception being handled (or the given one)."""
+    """Post an Error event about the exception being handled, or the given one (at the ERROR level)."""
     exc = exc if exc is not None else sys.exc_info()[1]
     exc_text = f"{type(exc).__name__}: {exc}" if exc is not None else ''
     text = f"{message} {exc_text}".strip()
-    event(objs, type='Error', reason=reason or (type(exc).__name__ if exc else 'Exception'), message=text)
+    _post(objs, type='Error', reason=reason or (type(exc).__name__ if exc else 'Exception'), message=text,
+          level=logging.ERROR)
 
 
 class PostingHandler(logging.Handler):
-    """Turns per-object log records at or above a level into queued Events."""
+    """
+    Turns per-object log records into queued Events, if ``settings.posting.loggers`` is on.
 
-    def __init__(self, *, enabled: Callable[[], bool], level: Callable[[], int]) -> None:
+    The records' own settings (of a ``kopf.ObjectLogger(settings=...)``) win
+    over the operator's; records of a ``kopf.LocalObjectLogger`` are never posted.
+    """
+
+    def __init__(self, *, settings: Callable[[], PostingConfig]) -> None:
         super().__init__(level=logging.DEBUG)
-        self._enabled = enabled
-        self._level = level
+        self._settings = settings
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return (self._enabled() and record.levelno >= self._level() and
-                bool(getattr(record, 'k8s_ref', None)) and not getattr(record, 'k8s_skip', False))
+        if not getattr(record, 'k8s_ref', None) or getattr(record, 'k8s_skip', False):
+            return False
+        own = getattr(record, 'k8s_settings', None)
+        settings = own.posting if own is not None else self._settings()
+        return bool(settings.loggers) and accepts(settings, record.levelno)
 
     def emit(self, record: logging.LogRecord) -> None:
         type_ = 'Warning' if record.levelno >= logging.WARNING else 'Normal'
         message = record.getMessage()
         ref: Mapping[str, Any] = record.__dict__['k8s_ref']
-        enqueue(K8sEvent(ref=ref, type=type_, reason='Logging', message=message[:MAX_MESSAGE_LENGTH]))
+        # Already filtered by the record's own settings or the operator's.
+        _queue(K8sEvent(ref=ref, type=type_, reason='Logging', message=message[:MAX_MESSAGE_LENGTH]))
 
 
 async def poster(*, queue: asyncio.Queue[K8sEvent], post: Poster) -> None:

@@ -1,17 +1,52 @@
 """
-Cause detection: what happened to an object, judged from one watch event.
+Causation: what happened to an object, judged from one watch event.
 
-The cause is derived only from the event and the object itself (its
-deletion mark, its finalizers, its stored diff-base), never from memory, so
-that an operator restarted in the middle of handling picks up where it left.
+This module is the only place where the cause of a handling cycle is
+decided. The rules, in the order of precedence:
+
+=====================================================  ==============
+The event and the object                               The cause
+=====================================================  ==============
+the watch says the object is deleted (``DELETED``)     ``GONE``
+deletion requested, our finalizer is on it             ``DELETE``
+deletion requested, no finalizer of ours               ``NOOP`` [1]_
+no change handlers for the resource                    ``NOOP``
+a delete handler needs our finalizer, it is not there  ``FINALIZER``
+never handled (no diff-base)                           ``CREATE``
+the essence differs from the diff-base                 ``UPDATE`` [2]_
+resuming (see below)                                   ``RESUME``
+otherwise                                              ``NOOP``
+=====================================================  ==============
+
+.. [1] Without our finalizer the object may vanish at any moment: nothing
+   can be done reliably, so nothing is tried.
+.. [2] With the resume handlers joining, if resuming.
+
+**Resuming** is explicit in the cause (:attr:`Cause.resuming`): an object
+that was handled before is resuming on its first sight since the operator
+started, and for as long as any resume handler of it has progress stored
+(so that a resume that needs several cycles is not forgotten after the
+first one). Objects being deleted never resume.
+
+The cause is derived only from the event and the object itself (its deletion
+mark, finalizers, diff-base and stored progress, read through the cycle's
+:class:`~kopf.storage.persistence.Persistence`), never from memory beyond
+"first seen", so that an operator restarted in the middle of handling picks
+up where it left. The facts are read lazily: a ``GONE`` or an unhandled
+resource costs no storage call at all.
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
+from collections.abc import Callable, Collection
+from typing import Any
 
 from kopf.storage import finalizers
+from kopf.storage.persistence import Essences, Persistence
 from kopf.structs.bodies import Body
 from kopf.structs.diffs import Diff
+from kopf.structs.ids import HandlerId
 
 
 class Reason(str, enum.Enum):
@@ -30,38 +65,71 @@ class Reason(str, enum.Enum):
         return self.value
 
 
-# Causes whose handlers are called; the others only patch or do nothing.
-HANDLED_REASONS = frozenset({Reason.CREATE, Reason.UPDATE, Reason.DELETE, Reason.RESUME})
+@dataclasses.dataclass(frozen=True)
+class Cause:
+    """
+    The cause of one handling cycle, with the facts it was judged by.
+
+    ``essences`` is ``None`` where the cause is clear without the object's
+    history (gone, or nothing to handle). ``resuming``: the resume handlers
+    are due (alone for ``RESUME``, with the update handlers for ``UPDATE``),
+    or, for ``FINALIZER``, must be remembered as due. ``deleting``: the
+    object is marked for deletion.
+    """
+
+    reason: Reason
+    essences: Essences | None = None
+    resuming: bool = False
+    deleting: bool = False
+
+    @property
+    def old(self) -> dict[str, Any] | None:
+        return self.essences.old if self.essences is not None else None
+
+    @property
+    def new(self) -> dict[str, Any]:
+        return self.essences.new if self.essences is not None else {}
+
+    @property
+    def diff(self) -> Diff:
+        return self.essences.diff if self.essences is not None else Diff()
 
 
-def detect_reason(
+async def detect(
         *,
         event_type: str | None,
         body: Body,
         finalizer: str,
-        requires_finalizer: bool,
-        old_exists: bool,
-        diff: Diff,
-        resuming: bool,
-) -> Reason:
+        first_seen: bool,
+        handled: bool,
+        resume_ids: Collection[HandlerId],
+        requires_finalizer: Callable[[Essences], bool],
+        persistence: Persistence,
+) -> Cause:
     """
-    Decide the cause of a handling cycle, in the order of precedence.
+    Decide the cause of a handling cycle (see the module's rules).
 
-    ``old_exists`` tells whether a diff-base was stored (the object was
-    handled before); ``resuming`` whether the object is seen for the first
-    time since the operator started (or its resuming is still in progress).
+    ``handled``: whether the resource has change handlers at all.
+    ``requires_finalizer``: whether a delete handler is interested in the
+    object (its filters may look at the essences). ``first_seen``: whether
+    this is the first event of the object since the operator started.
     """
     if event_type == 'DELETED':
-        return Reason.GONE
+        return Cause(Reason.GONE)
     if finalizers.is_deletion_ongoing(body):
-        # Without our finalizer the object may vanish at any moment: nothing can be done reliably.
-        return Reason.DELETE if finalizers.is_deletion_blocked(body, finalizer) else Reason.NOOP
-    if requires_finalizer and not finalizers.is_deletion_blocked(body, finalizer):
-        return Reason.FINALIZER
-    if not old_exists:
-        return Reason.CREATE
-    if diff:
-        return Reason.UPDATE
+        if not finalizers.is_deletion_blocked(body, finalizer):
+            return Cause(Reason.NOOP, deleting=True)
+        return Cause(Reason.DELETE, essences=await persistence.essences(), deleting=True)
+    if not handled:
+        return Cause(Reason.NOOP)
+    essences = await persistence.essences()
+    if not finalizers.is_deletion_blocked(body, finalizer) and requires_finalizer(essences):
+        return Cause(Reason.FINALIZER, essences=essences, resuming=essences.old is not None and first_seen)
+    if essences.old is None:
+        return Cause(Reason.CREATE, essences=essences)
+    resuming = first_seen or await persistence.holds_any(resume_ids)
+    if essences.diff:
+        return Cause(Reason.UPDATE, essences=essences, resuming=resuming)
     if resuming:
-        return Reason.RESUME
-    return Reason.NOOP
+        return Cause(Reason.RESUME, essences=essences, resuming=True)
+    return Cause(Reason.NOOP, essences=essences)

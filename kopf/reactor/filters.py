@@ -5,12 +5,14 @@ Handler filters: which objects a handler is interested in.
 :data:`PRESENT` / :data:`ABSENT`, or to a callable that receives the value
 (``None`` if absent) and returns whether it fits. ``when=`` receives the same
 keyword arguments as the handler itself and returns whether to call it.
+:func:`all_`, :func:`any_`, :func:`none_` and :func:`not_` combine callbacks
+of either kind.
 """
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
-from typing import Any, TypeAlias
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, TypeAlias, TypeVar, cast
 
 
 class MetaFilterToken(enum.Enum):
@@ -51,3 +53,43 @@ def _match_one(criterion: MetaFilterValue, value: str | None) -> bool:
 def match_when(when: WhenFilter | None, kwargs: Mapping[str, Any]) -> bool:
     """Whether the ``when=`` callback (if any) accepts the handler's keyword arguments."""
     return when is None or bool(when(**kwargs))
+
+
+# Combinators of filter callbacks, for ``when=`` and for callable label/annotation values.
+# The combined callback passes its arguments to every callback as they are.
+
+FnT = TypeVar('FnT', bound=Callable[..., Any])
+
+
+def all_(fns: Collection[FnT]) -> FnT:
+    """A callback that is true when every one of the callbacks is true (and for none at all)."""
+    fns = list(fns)
+
+    def all_of(*args: Any, **kwargs: Any) -> bool:
+        return all(fn(*args, **kwargs) for fn in fns)
+    return cast(FnT, all_of)
+
+
+def any_(fns: Collection[FnT]) -> FnT:
+    """A callback that is true when at least one of the callbacks is true."""
+    fns = list(fns)
+
+    def any_of(*args: Any, **kwargs: Any) -> bool:
+        return any(fn(*args, **kwargs) for fn in fns)
+    return cast(FnT, any_of)
+
+
+def none_(fns: Collection[FnT]) -> FnT:
+    """A callback that is true when none of the callbacks is true."""
+    fns = list(fns)
+
+    def none_of(*args: Any, **kwargs: Any) -> bool:
+        return not any(fn(*args, **kwargs) for fn in fns)
+    return cast(FnT, none_of)
+
+
+def not_(fn: FnT) -> FnT:
+    """A callback that is true when the callback is false."""
+    def negated(*args: Any, **kwargs: Any) -> bool:
+        return not fn(*args, **kwargs)
+    return cast(FnT, negated)

@@ -4,15 +4,22 @@ Lifecycles: which of the handlers that are due now run in this handling cycle.
 A lifecycle is a plain callable ``lifecycle(handlers, *, state, **kwargs)``
 that receives the awakened handlers (not finished, not sleeping) in their
 registration order and returns those to run now, in the order to run them.
-The remaining ones run in later cycles.
+
+Within one handling cycle, the cycle asks the lifecycle again after the
+chosen handlers have run, with what is still due, and runs the new choice
+too -- until nothing is due, the lifecycle chooses a handler that has already
+run in this cycle (its next attempt belongs to a later cycle), or the
+cycle's time budget is spent (``config.persistence.max_unpersisted_time``).
+So ``one_by_one`` still runs the handlers strictly in order and stops at a
+failing one, ``asap`` still lets the least retried go first, and the quick
+handlers of all lifecycles share one write to the object.
 """
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
-from kopf.storage.states import State
 from kopf.structs.ids import HandlerId
 
 
@@ -21,7 +28,14 @@ class _Identified(Protocol):
     def id(self) -> HandlerId: ...
 
 
+class _Retried(Protocol):
+    @property
+    def retries(self) -> int: ...
+
+
 H = TypeVar('H', bound=_Identified)
+# What lifecycles may know of the handlers' progress: e.g. how often each was tried.
+State = Mapping[HandlerId, _Retried]
 
 
 class LifeCycleFn(Protocol):

@@ -4,7 +4,12 @@ Processing one event of one object: handle it, send the patch, report when to co
 This is where the pure handling cycle meets the API: the patch that the
 handling has accumulated is sent here, and its failures are dealt with so
 that no progress is lost: conflicts are re-based on the fresh object and
-re-sent, transient errors are re-sent after a pause.
+re-sent, transient errors are re-sent after a pause, and a patch that the
+server rejects as invalid (422) is re-sent without the handlers' results and
+changes -- the progress alone -- with the rejected part reported once.
+
+Nothing of an event is kept here once it is processed: the body, the patch
+and the logger live only in this call's frames.
 """
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ from kopf.clients.auth import APIContext
 from kopf.clients.errors import APIConflictError, APIConnectionError, APIServerError, APIUnprocessableError
 from kopf.config import OperatorConfig
 from kopf.engines.loggers import ObjectLogger
-from kopf.reactor import handling
+from kopf.reactor import cycle
 from kopf.reactor.queueing import ProcessingOutcome, RawEvent, object_key
 from kopf.reactor.registries import OperatorRegistry
 from kopf.structs.bodies import Body
@@ -52,8 +57,7 @@ async def process_event(watch: ResourceWatch, raw_event: RawEvent, woken_up: boo
     body = Body(raw_event['object'])
     logger = ObjectLogger(body=body)
     if woken_up:
-        patch = Patch()
-        await handling.touch(config=watch.config, body=body, patch=patch)
+        patch = await cycle.touch(config=watch.config, body=body)
         if patch:
             return await _send(watch, body=body, patch=patch, delay=None, logger=logger)
         # Storages without a touch marker: continue from the latest known state ourselves.
@@ -64,12 +68,13 @@ async def process_event(watch: ResourceWatch, raw_event: RawEvent, woken_up: boo
     if raw_event.get('type') == 'DELETED':
         watch.seen.discard(key)
 
-    result = await handling.handle_object(
+    result = await cycle.handle_object(
         registry=watch.registry, config=watch.config, resource=watch.selector,
         event_type=raw_event.get('type'), body=body, first_seen=first_seen, memo=watch.memo, logger=logger)
     if not result.patch:
         return ProcessingOutcome(delay=result.delay)
-    return await _send(watch, body=body, patch=result.patch, delay=result.delay, logger=logger)
+    return await _send(watch, body=body, patch=result.patch, delay=result.delay, logger=logger,
+                       essential=result.essential, extras=result.extras)
 
 
 async def _send(
@@ -79,11 +84,22 @@ async def _send(
         patch: Patch,
         delay: float | None,
         logger: ObjectLogger,
+        essential: Patch | None = None,
+        extras: tuple[str, ...] = (),
 ) -> ProcessingOutcome:
-    """Send the patch until it lands, keeping it intact across transient failures."""
+    """
+    Send the patch until it lands, keeping it intact across transient failures.
+
+    If the server rejects it as invalid and it has an ``essential`` part (the
+    progress, the finalizer, the diff-base), the rejected rest (``extras``)
+    is reported once and the essential part is sent alone.
+    """
     name = body.metadata.name or ''
     namespace = body.metadata.namespace
-    for attempt in range(1, PATCH_ATTEMPTS + 1):
+    rejection = ''
+    attempt = 0
+    while attempt < PATCH_ATTEMPTS:
+        attempt += 1
         try:
             patched = await patching.patch_obj(context=watch.context, resource=watch.resource,
                                                namespace=namespace, name=name, patch=patch, logger=logger)
@@ -93,11 +109,21 @@ async def _send(
             if fresh is None:
                 return ProcessingOutcome()
             logger.debug("The object has changed meanwhile; re-sending the patch based on the fresh object.")
-            patch = rebase(patch, Body(fresh), finalizer=watch.config.persistence.finalizer)
+            finalizer = watch.config.persistence.finalizer
+            patch = rebase(patch, Body(fresh), finalizer=finalizer)
+            essential = rebase(essential, Body(fresh), finalizer=finalizer) if essential is not None else None
             continue
         except APIUnprocessableError as e:
-            logger.error("The server rejected the patch as invalid: %s. Retrying the handling in %ss.",
-                         e, REJECTED_PATCH_DELAY)
+            if essential is not None:
+                # The handlers' results or changes may be what the server refuses: never lose the progress to them.
+                rejection = f"The server rejected the patch as invalid: {e}. Not stored: {', '.join(extras)}."
+                if not essential:
+                    logger.error("%s", rejection)
+                    return ProcessingOutcome(delay=delay)
+                patch, essential, attempt = essential, None, 0
+                continue
+            logger.error("%sThe server rejected the patch as invalid: %s. Retrying the handling in %ss.",
+                         f"{rejection} " if rejection else "", e, REJECTED_PATCH_DELAY)
             return ProcessingOutcome(delay=REJECTED_PATCH_DELAY)
         except (APIServerError, APIConnectionError, aiohttp.ClientError, asyncio.TimeoutError) as e:
             logger.warning("Failed to patch the object (attempt %d of %d): %s", attempt, PATCH_ATTEMPTS, e)
@@ -105,10 +131,12 @@ async def _send(
             continue
         if patched is None:
             return ProcessingOutcome()  # gone meanwhile: nothing left to do
+        if rejection:
+            logger.error("%s The handlers' progress is stored without it; they are not run again.", rejection)
         rv = patched.get('metadata', {}).get('resourceVersion')
         return ProcessingOutcome(delay=delay, resource_version=str(rv) if rv else None, body=patched)
-    logger.error("Failed to patch the object %d times; retrying the handling in %ss.",
-                 PATCH_ATTEMPTS, REJECTED_PATCH_DELAY)
+    logger.error("%sFailed to patch the object %d times; retrying the handling in %ss.",
+                 f"{rejection} " if rejection else "", PATCH_ATTEMPTS, REJECTED_PATCH_DELAY)
     return ProcessingOutcome(delay=REJECTED_PATCH_DELAY)
 
 

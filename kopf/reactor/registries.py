@@ -24,6 +24,7 @@ from kopf.structs import dicts
 from kopf.structs.bodies import Body
 from kopf.structs.ids import HandlerId
 from kopf.structs.resources import Resource, Selector
+from kopf.structs.reviews import Operation, WebhookType
 
 # How the glue refers to a resource: by the declared selector, or by a resolved resource.
 ResourceKey = Selector | Resource
@@ -37,6 +38,7 @@ class Activity(str, enum.Enum):
     STARTUP = 'startup'
     CLEANUP = 'cleanup'
     LOGIN = 'login'
+    PROBE = 'probe'
 
     def __str__(self) -> str:
         return self.value
@@ -94,6 +96,24 @@ class WatchingHandler(ResourceHandler):
     """An event handler: called for every watch event, with no state and no retries."""
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AdmissionHandler(ResourceHandler):
+    """
+    A validating or mutating admission handler: called by the API server before it stores a change.
+
+    ``operations`` (``None``: all) and ``subresource`` (``None``: the main
+    resource only, ``'*'``: any) narrow down the requests; the other options
+    describe the webhook to the API server.
+    """
+
+    type: WebhookType
+    operations: frozenset[Operation] | None = None
+    subresource: str | None = None
+    persistent: bool = False
+    side_effects: bool = False
+    ignore_failures: bool = False
+
+
 def default_id(fn: Callable[..., Any]) -> str:
     """A function's id unless given: its qualified name, which is stable across restarts."""
     name = getattr(fn, '__qualname__', None) or getattr(fn, '__name__', None)
@@ -114,7 +134,7 @@ def matches(handler: ResourceHandler, *, body: Body, kwargs: Mapping[str, Any]) 
 
 def _selects(selector: Selector, resource: ResourceKey) -> bool:
     if isinstance(resource, Selector):
-        return selector == resource
+        return selector == resource or selector.everything
     return selector.match_rank(resource) is not None
 
 
@@ -144,6 +164,7 @@ class OperatorRegistry:
         self._activity: list[ActivityHandler] = []
         self._changing: dict[Selector, list[ChangingHandler]] = {}
         self._watching: dict[Selector, list[WatchingHandler]] = {}
+        self._admission: dict[Selector, list[AdmissionHandler]] = {}
 
     # Registration.
 
@@ -174,12 +195,45 @@ class OperatorRegistry:
                     f"({existing.fn!r} and {handler.fn!r}); pass a unique id= to one of them.")
         handlers.append(handler)
 
+    def register_admission_handler(self, selector: Selector, handler: AdmissionHandler) -> None:
+        # The id is the webhook's URL path and name: one id is one function, even across resources.
+        for _, existing in self.iter_admission_handlers():
+            if existing.id == handler.id and (existing.fn != handler.fn or existing.type != handler.type):
+                raise DuplicateHandlerError(
+                    f"Two admission handlers share the id {handler.id!r} ({existing.type} {existing.fn!r} "
+                    f"and {handler.type} {handler.fn!r}); their webhooks would mix up. "
+                    f"Pass a unique id= to one of them.")
+        self._admission.setdefault(selector, []).append(handler)
+
     # Queries.
 
     @property
     def selectors(self) -> tuple[Selector, ...]:
         """All resources with handlers, in the order of their first registration."""
         return tuple(dict.fromkeys([*self._changing, *self._watching]))
+
+    @property
+    def admission_selectors(self) -> tuple[Selector, ...]:
+        """All resources with admission handlers, in the order of their first registration."""
+        return tuple(self._admission)
+
+    def iter_admission_handlers(self) -> Iterator[tuple[Selector, AdmissionHandler]]:
+        """All admission handlers with the resources they were declared for, resource by resource."""
+        for selector, handlers in list(self._admission.items()):
+            for handler in handlers:
+                yield selector, handler
+
+    def get_admission_handlers(
+            self,
+            resource: ResourceKey,
+            type: WebhookType | None = None,
+    ) -> list[AdmissionHandler]:
+        """The admission handlers of a resource: all, or only the validating or mutating ones."""
+        handlers = self._select(self._admission, resource)
+        return list(_unique(h for h in handlers if type is None or h.type == type))
+
+    def has_admission_handlers(self) -> bool:
+        return any(self._admission.values())
 
     def get_activity_handlers(self, activity: Activity) -> list[ActivityHandler]:
         return [handler for handler in self._activity if handler.activity == activity]

@@ -3,7 +3,8 @@ Running an operator: startup, login, watching every resource, and a graceful exi
 
 ``kopf.run()`` blocks (for ``kopf run`` and scripts); ``await kopf.operator()``
 runs inside an existing event loop; ``await kopf.spawn_tasks()`` returns the
-operator's tasks for applications that orchestrate tasks themselves.
+operator's tasks for applications that orchestrate tasks themselves, and
+``await kopf.run_tasks(tasks)`` runs them to the end.
 """
 from __future__ import annotations
 
@@ -13,14 +14,14 @@ import functools
 import logging
 import signal
 import threading
-from collections.abc import Collection
+from collections.abc import AsyncIterator, Collection
 from typing import Any
 
 from kopf.clients import auth, discovery, events, watching
 from kopf.clients.auth import APIContext
 from kopf.config import OperatorConfig
-from kopf.engines import posting
-from kopf.reactor import handling, processing, queueing
+from kopf.engines import posting, probing
+from kopf.reactor import activities, probes, processing, queueing, serving
 from kopf.reactor.registries import Activity, OperatorRegistry, get_default_registry
 from kopf.structs.credentials import ConnectionInfo
 from kopf.structs.ephemera import Memo
@@ -47,48 +48,91 @@ async def operator(
         *,
         registry: OperatorRegistry | None = None,
         config: OperatorConfig | None = None,
+        settings: OperatorConfig | None = None,
         memo: Any = None,
         namespaces: Collection[str] = (),
+        namespace: str | None = None,
         clusterwide: bool = False,
         standalone: bool = False,
+        liveness_endpoint: str | None = None,
         stop_flag: StopFlag | None = None,
         ready_flag: StopFlag | None = None,
 ) -> None:
     """Run the operator in the current event loop until it is stopped."""
-    tasks = await spawn_tasks(registry=registry, config=config, memo=memo, namespaces=namespaces,
-                              clusterwide=clusterwide, standalone=standalone,
+    tasks = await spawn_tasks(registry=registry, config=config, settings=settings, memo=memo,
+                              namespaces=namespaces, namespace=namespace, clusterwide=clusterwide,
+                              standalone=standalone, liveness_endpoint=liveness_endpoint,
                               stop_flag=stop_flag, ready_flag=ready_flag)
-    await asyncio.gather(*tasks)
+    await run_tasks(tasks)
 
 
 async def spawn_tasks(
         *,
         registry: OperatorRegistry | None = None,
         config: OperatorConfig | None = None,
+        settings: OperatorConfig | None = None,
         memo: Any = None,
         namespaces: Collection[str] = (),
+        namespace: str | None = None,
         clusterwide: bool = False,
         standalone: bool = False,
+        liveness_endpoint: str | None = None,
         stop_flag: StopFlag | None = None,
         ready_flag: StopFlag | None = None,
 ) -> list[asyncio.Task[None]]:
     """
     Create the operator's task, for embedding into applications with their own event loop.
 
+    ``settings`` is Kopf's name of ``config`` (give one of them).
+    ``namespace`` is one more namespace to serve, as in Kopf.
     ``standalone`` is accepted for compatibility: instances do not coordinate
     with each other (there is no peering), so every instance is standalone.
     """
     del standalone
+    if config is not None and settings is not None and config is not settings:
+        raise TypeError("Pass the operator's settings either as settings= or as config=, not both.")
+    namespaces = (*namespaces, namespace) if namespace is not None else tuple(namespaces)
     task = asyncio.create_task(_serve(
         registry=registry or get_default_registry(),
-        config=config or OperatorConfig(),
+        config=config or settings or OperatorConfig(),
         memo=memo if memo is not None else Memo(),
         namespaces=tuple(namespaces),
         clusterwide=clusterwide or not namespaces,
+        liveness_endpoint=liveness_endpoint,
         stop_flag=stop_flag,
         ready_flag=ready_flag,
     ), name='kopf operator')
     return [task]
+
+
+async def run_tasks(
+        root_tasks: Collection[asyncio.Task[Any]],
+        *,
+        ignored: Collection[asyncio.Task[Any]] = frozenset(),
+        return_when: str = asyncio.FIRST_COMPLETED,
+) -> None:
+    """
+    Run the operator's tasks (of :func:`spawn_tasks`) until they end, and end them all together.
+
+    When the first of them ends (``return_when``, as in :func:`asyncio.wait`),
+    the others are cancelled and awaited; a task's failure is re-raised. If
+    this coroutine itself is cancelled, so are the tasks. ``ignored`` tasks
+    are neither awaited nor cancelled.
+    """
+    skipped = set(ignored)
+    tasks = [task for task in root_tasks if task not in skipped]
+    if not tasks:
+        return
+    try:
+        await asyncio.wait(tasks, return_when=return_when)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for task in tasks:
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            raise error
 
 
 async def _serve(
@@ -98,34 +142,67 @@ async def _serve(
         memo: Any,
         namespaces: tuple[str, ...],
         clusterwide: bool,
+        liveness_endpoint: str | None,
         stop_flag: StopFlag | None,
         ready_flag: StopFlag | None,
 ) -> None:
     stop = asyncio.Event()
+    health = probing.Health()
     # An embedding application that passes its own stop flag keeps its own signal handling.
     with _stop_on_signals(stop) if stop_flag is None else contextlib.nullcontext():
+        # A port in use fails here, before anything else has started.
+        try:
+            liveness = await probes.serve_liveness(liveness_endpoint, health=health, registry=registry,
+                                                   config=config, memo=memo)
+        except probing.LivenessError as e:
+            raise OperatorError(str(e)) from e
         stopper = asyncio.create_task(_relay_stop_flag(stop_flag, stop)) if stop_flag is not None else None
         try:
-            await handling.run_activity(registry=registry, activity=Activity.STARTUP, config=config,
+            await activities.run_activity(registry=registry, activity=Activity.STARTUP, config=config,
                                         memo=memo, logger=logger)
             config.persistence.freeze()
-            info = await _login(registry=registry, config=config, memo=memo)
-            async with APIContext(info) as context:
-                resources = await _resolve(context, registry.selectors)
-                await _watch_all(context=context, resources=resources, registry=registry, config=config,
-                                 memo=memo, namespaces=(None,) if clusterwide else namespaces,
-                                 stop=stop, ready_flag=ready_flag)
+            try:
+                async with contextlib.AsyncExitStack() as stack:
+                    await stack.enter_async_context(_storages(config))
+                    info = await _login(registry=registry, config=config, memo=memo)
+                    relogin = functools.partial(_login, registry=registry, config=config, memo=memo)
+                    context = await stack.enter_async_context(_api_context(info, config=config, relogin=relogin))
+                    resources = await _resolve(context, registry.selectors)
+                    admitted = await _resolve(context, registry.admission_selectors)
+                    await stack.enter_async_context(serving.admission_webhooks(
+                        context=context, registry=registry, resources=admitted, config=config, memo=memo,
+                        stop=stop, namespaces=None if clusterwide else namespaces))
+                    await _watch_all(context=context, resources=resources, registry=registry, config=config,
+                                     memo=memo, namespaces=(None,) if clusterwide else namespaces,
+                                     stop=stop, ready_flag=ready_flag, health=health)
+            except serving.AdmissionSetupError as e:
+                raise OperatorError(str(e)) from e
         finally:
+            health.stopping()
             if stopper is not None:
                 stopper.cancel()
-            await handling.run_activity(registry=registry, activity=Activity.CLEANUP, config=config,
+            if liveness is not None:
+                await liveness.stop()
+            await activities.run_activity(registry=registry, activity=Activity.CLEANUP, config=config,
                                         memo=memo, logger=logger)
     logger.info("The operator has stopped.")
 
 
+@contextlib.asynccontextmanager
+async def _storages(config: OperatorConfig) -> AsyncIterator[None]:
+    """Enter the configured storages (e.g. to connect) for the operator's lifetime; exit them at stop."""
+    async with contextlib.AsyncExitStack() as stack:
+        entered: list[object] = []
+        for storage in (config.persistence.progress_storage, config.persistence.diffbase_storage):
+            if not any(storage is other for other in entered):  # one object may serve as both
+                await stack.enter_async_context(storage)
+                entered.append(storage)
+        yield
+
+
 async def _login(*, registry: OperatorRegistry, config: OperatorConfig, memo: Any) -> ConnectionInfo:
     """Credentials from the login handlers if there are any, else from the environment."""
-    results = await handling.run_activity(registry=registry, activity=Activity.LOGIN, config=config,
+    results = await activities.run_activity(registry=registry, activity=Activity.LOGIN, config=config,
                                           memo=memo, logger=logger)
     for result in results.values():
         if isinstance(result, ConnectionInfo):
@@ -135,15 +212,37 @@ async def _login(*, registry: OperatorRegistry, config: OperatorConfig, memo: An
     return await asyncio.get_running_loop().run_in_executor(None, auth.login_default)
 
 
+def _api_context(info: ConnectionInfo, *, config: OperatorConfig, relogin: auth.Relogin) -> APIContext:
+    """The API session as configured in ``config.networking``; it logs in again with the same login."""
+    networking = config.networking
+    return APIContext(info, timeout=networking.request_timeout, connect_timeout=networking.connect_timeout,
+                      keepalive=networking.tcp_keepalive, backoffs=networking.error_backoffs or (),
+                      max_retry_after=networking.max_retry_after, throttle_retries=networking.throttle_retries,
+                      relogin=relogin)
+
+
 async def _resolve(context: APIContext, selectors: Collection[Selector]) -> dict[Selector, Resource]:
-    """Resolve every resource of the handlers; an unknown one stops the operator with its name."""
+    """
+    Resolve every resource of the handlers; an unknown one stops the operator with its name.
+
+    ``kopf.EVERYTHING`` adds every other served resource (under a selector of
+    its own), so that no resource is watched twice.
+    """
     resolved: dict[Selector, Resource] = {}
     for selector in selectors:
+        if selector.everything:
+            continue
         try:
             resolved[selector] = await discovery.resolve(context=context, selector=selector)
         except (discovery.ResourceNotFoundError, discovery.AmbiguousResourceError) as e:
             raise OperatorError(f"Cannot serve the resource {selector}: {e}") from e
         logger.info("Serving %s as %s.", selector, resolved[selector])
+    if any(selector.everything for selector in selectors):
+        served = {(resource.group, resource.plural) for resource in resolved.values()}
+        others = [r for r in await discovery.scan(context=context) if (r.group, r.plural) not in served]
+        for resource in others:
+            resolved[Selector(group=resource.group, version=resource.version, plural=resource.plural)] = resource
+        logger.info("Serving everything: %d more resources.", len(others))
     return resolved
 
 
@@ -157,13 +256,15 @@ async def _watch_all(
         namespaces: Collection[str | None],
         stop: asyncio.Event,
         ready_flag: StopFlag | None,
+        health: probing.Health | None = None,
 ) -> None:
     """Watch every resource in every namespace, and post events, until stopped."""
     queue: asyncio.Queue[posting.K8sEvent] = asyncio.Queue()
     posting.event_queue_var.set(queue)
     posting.event_loop_var.set(asyncio.get_running_loop())
+    posting.event_settings_var.set(config.posting)
     poster = asyncio.create_task(posting.poster(queue=queue, post=functools.partial(_post, context)))
-    handler = posting.PostingHandler(enabled=lambda: config.posting.enabled, level=lambda: config.posting.level)
+    handler = posting.PostingHandler(settings=lambda: config.posting)
     logging.getLogger('kopf.objects').addHandler(handler)
     watchers = [
         asyncio.create_task(_watch_one(
@@ -173,6 +274,8 @@ async def _watch_all(
         for selector, resource in resources.items()
         for namespace in (namespaces if resource.namespaced else (None,))
     ]
+    if health is not None:
+        health.watching(watchers)
     if ready_flag is not None:
         ready_flag.set()
     try:

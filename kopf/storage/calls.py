@@ -1,23 +1,64 @@
 """
-The one way the framework calls storage methods.
+The one way the framework calls storage methods, and the sync-or-async plumbing of storages.
 
 Storages may implement their methods either as plain functions or as
 ``async def`` (e.g. when they keep state in an external system). The
 framework never calls a storage method directly, only through :func:`call`,
 so both kinds work everywhere.
+
+Storages that combine other storages (the Multi storages) must stay plain
+synchronous calls for users who call them directly when all their children
+are synchronous, and still work with asynchronous children: :func:`drive`
+runs their steps synchronously until a child returns an awaitable, and only
+then continues asynchronously.
 """
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any, TypeAlias, TypeVar, cast
 
 T = TypeVar('T')
 
+# What a storage method returns: the value itself (sync) or something to await for it (async).
+MaybeAwaitable: TypeAlias = T | Awaitable[T]
 
-async def call(method: Callable[..., T | Awaitable[T]], **kwargs: Any) -> T:
+# A sequence of storage calls: yields what each call returned, gets its awaited result back.
+Steps: TypeAlias = Generator[Any, Any, T]
+
+
+async def call(method: Callable[..., MaybeAwaitable[T]], **kwargs: Any) -> T:
     """Call a storage method with keyword arguments and await its result if needed."""
     result = method(**kwargs)
     if inspect.isawaitable(result):
         return await result
     return result
+
+
+def drive(steps: Steps[T]) -> MaybeAwaitable[T]:
+    """
+    Run a sequence of storage calls synchronously for as long as they are synchronous.
+
+    The generator yields what each child call returned and receives the
+    result back (awaited, if it was an awaitable). As long as no call returns
+    an awaitable, everything happens right here and the final value is
+    returned as is. From the first awaitable on, the rest continues in the
+    returned coroutine, which the caller must await.
+    """
+    try:
+        yielded = next(steps)
+        while not inspect.isawaitable(yielded):
+            yielded = steps.send(yielded)
+    except StopIteration as e:
+        return cast(T, e.value)
+    return _continue(steps, yielded)
+
+
+async def _continue(steps: Steps[T], pending: Awaitable[Any]) -> T:
+    yielded: Any = pending
+    try:
+        while True:
+            result = (await yielded) if inspect.isawaitable(yielded) else yielded
+            yielded = steps.send(result)
+    except StopIteration as e:
+        return cast(T, e.value)

@@ -8,9 +8,25 @@ free text (``parent/child``, ``fn/spec.field``, unicode, long), so they are
 mapped deterministically: a valid id is used as is; anything that had to be
 altered or cut gets a short stable hash of the original id appended, so that
 two different ids never share a key.
+
+The released Kopf (0.27 to 1.x) wrote its progress under key forms of its own,
+which we read and clean up so that operators move here with objects in the
+middle of handling. Those forms, as established by running Kopf itself:
+
+* ``/`` in an id becomes ``.`` (``parent/child`` -> ``parent.child``,
+  ``fn/spec.field`` -> ``fn.spec.field``); nothing else is replaced (Kopf
+  cannot store ids with other invalid characters at all: the server rejects them).
+* A name that is too long is cut and suffixed with ``-`` and a 6-character
+  hash: the base64 of the 4-byte BLAKE2b digest, without ``=`` padding, with
+  ``+`` and ``/`` replaced by ``-`` and ``.``.
+* The "v1" form (all versions from 0.27 on) limits the whole key,
+  ``prefix/name``, to 63 characters and hashes the dotted id.
+* The "v2" form (0.28 on, written next to v1) limits the name alone to 63
+  characters and hashes the original id.
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 
@@ -71,9 +87,57 @@ def make_name(handler_id: str) -> str:
     return f"{readable}-{digest}" if readable else digest
 
 
-def make_key(prefix: str, handler_id: str) -> str:
-    """The full annotation key for a handler id under a prefix."""
-    return f"{prefix}/{make_name(handler_id)}"
+def make_key(prefix: str | None, handler_id: str) -> str:
+    """The full annotation key for a handler id under a prefix (or without one)."""
+    return join_key(prefix, make_name(handler_id))
+
+
+def join_key(prefix: str | None, name: str) -> str:
+    """``prefix/name``, or just the name when there is no prefix."""
+    return f"{prefix}/{name}" if prefix else name
+
+
+KOPF_HASH_LENGTH = 6
+
+
+def kopf_hash(text: str) -> str:
+    """The short hash that Kopf appends to names it had to cut."""
+    digest = hashlib.blake2b(text.encode('utf-8'), digest_size=4).digest()
+    return base64.b64encode(digest).decode('ascii').rstrip('=').replace('+', '-').replace('/', '.')
+
+
+def _kopf_cut(name: str, *, limit: int, hashed: str) -> str:
+    if len(name) <= limit:
+        return name
+    return f"{name[:limit - KOPF_HASH_LENGTH - 1]}-{kopf_hash(hashed)}"
+
+
+def kopf_v1_name(prefix: str | None, handler_id: str) -> str:
+    """Kopf's "v1" name: the whole ``prefix/name`` key within 63 characters."""
+    dotted = handler_id.replace('/', '.')
+    limit = MAX_NAME_LENGTH - (len(prefix) + 1 if prefix else 0)
+    return _kopf_cut(dotted, limit=limit, hashed=dotted)
+
+
+def kopf_v2_name(handler_id: str) -> str:
+    """Kopf's "v2" name: the name part alone within 63 characters."""
+    return _kopf_cut(handler_id.replace('/', '.'), limit=MAX_NAME_LENGTH, hashed=handler_id)
+
+
+def kopf_keys(prefix: str | None, handler_id: str) -> tuple[str, ...]:
+    """
+    Every key under which Kopf 0.27-1.x may have kept this handler's progress.
+
+    Only valid keys are listed: a form that the server would have rejected
+    can never have been written. Our own key may be among them (for ids that
+    need no mapping, the forms coincide).
+    """
+    keys: list[str] = []
+    for name in (kopf_v2_name(handler_id), kopf_v1_name(prefix, handler_id)):
+        key = join_key(prefix, name)
+        if name and _NAME_RE.match(name) and key not in keys:
+            keys.append(key)
+    return tuple(keys)
 
 
 def split_key(key: str) -> tuple[str | None, str]:

@@ -9,13 +9,18 @@ the ``diff`` for update handlers.
 from __future__ import annotations
 
 import abc
+import contextlib
 import copy
 import json
 import logging
-from collections.abc import Collection, Iterable, MutableMapping
-from typing import Any
+from collections.abc import Collection, Iterable, Mapping
+from types import TracebackType
+from typing import Any, TypedDict, cast
 
-from kopf.storage import calls, conventions, records
+from typing_extensions import Self
+
+from kopf.storage import calls, conventions
+from kopf.storage.calls import MaybeAwaitable, Steps
 from kopf.structs import dicts
 from kopf.structs.bodies import Body
 from kopf.structs.patches import Patch
@@ -24,8 +29,8 @@ logger = logging.getLogger('kopf.storage')
 
 Essence = dict[str, Any]
 
+DEFAULT_PREFIX = 'kopf.zalando.org'
 LAST_HANDLED_NAME = 'last-handled-configuration'
-TOUCH_DUMMY_NAME = 'touch-dummy'  # the default wake-up marker of the annotations progress storages
 KUBECTL_LAST_APPLIED = 'kubectl.kubernetes.io/last-applied-configuration'
 
 # Annotations are limited to 256 KiB per object in total; warn well before that.
@@ -35,8 +40,36 @@ _SYSTEM_TOP_LEVEL = ('apiVersion', 'kind', 'status')
 _USER_METADATA = ('labels', 'annotations')
 
 
+class MetaEssence(TypedDict, total=False):
+    """The part of the metadata that belongs to an object's essence."""
+
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+
+
+class BodyEssence(TypedDict, total=False):
+    """
+    The shape of an essence, for type annotations in user code.
+
+    Essences are plain dicts: ``spec`` and other top-level fields, labels and
+    user annotations; ``status`` only with the fields of field handlers.
+    """
+
+    metadata: MetaEssence
+    spec: Mapping[str, Any]
+    status: Mapping[str, Any]
+
+
 class DiffBaseStorage(abc.ABC):
-    """The base for diff-base storages; :meth:`build` is shared by all of them."""
+    """
+    The base for diff-base storages; :meth:`build` is shared by all of them.
+
+    :meth:`fetch` and :meth:`store` may be overridden as ``async def``.
+    Storages are async context managers, entered once when the operator
+    starts and exited when it stops; the defaults do nothing.
+    """
+
+    ignored_fields: tuple[dicts.FieldPath, ...] = ()
 
     def build(self, *, body: Body, extra_fields: Iterable[dicts.FieldSpec] | None = None) -> Essence:
         """
@@ -44,9 +77,12 @@ class DiffBaseStorage(abc.ABC):
 
         Drops ``apiVersion``, ``kind``, ``status`` and all system metadata;
         keeps ``spec``, other top-level fields, labels and user annotations.
-        The framework's own annotations (of any prefix, so that several
-        operators do not trigger each other) are dropped too. ``extra_fields``
-        restores selected fields, e.g. ``status.x`` watched by a field handler.
+        Of the annotations, ``kubectl``'s last applied configuration and the
+        last handled configurations of all operators (any prefix) are dropped;
+        the progress storage removes its own bookkeeping (see
+        :meth:`kopf.ProgressStorage.clear`). ``extra_fields`` restores
+        selected fields, e.g. ``status.x`` watched by a field handler;
+        ``ignored_fields`` of the storage are dropped.
         """
         raw = copy.deepcopy(dict(body.raw))
         essence: Essence = {k: v for k, v in raw.items() if k not in _SYSTEM_TOP_LEVEL and k != 'metadata'}
@@ -56,25 +92,53 @@ class DiffBaseStorage(abc.ABC):
         if kept_meta:
             essence['metadata'] = kept_meta
         annotations = dicts.resolve(essence, ('metadata', 'annotations'), None)
-        if isinstance(annotations, MutableMapping):
-            for key in [k for k, v in annotations.items() if self._is_framework_annotation(k, v)]:
+        if isinstance(annotations, dict):
+            for key in [k for k in annotations if _is_diffbase_annotation(k)]:
                 dicts.remove(essence, ('metadata', 'annotations', key))
         if extra_fields:
             dicts.cherrypick(body.raw, essence, extra_fields)
+        for field in self.ignored_fields:
+            dicts.remove(essence, field)
         return essence
 
-    def _is_framework_annotation(self, key: str, value: Any) -> bool:
-        _, name = conventions.split_key(key)
-        return (key == KUBECTL_LAST_APPLIED or name in (LAST_HANDLED_NAME, TOUCH_DUMMY_NAME) or
-                (isinstance(value, str) and records.looks_like_record(value)))
-
     @abc.abstractmethod
-    def fetch(self, *, body: Body) -> Essence | None:
+    def fetch(self, *, body: Body) -> MaybeAwaitable[Essence | None]:
         """The last handled essence, or ``None`` if never handled (or unreadable)."""
 
     @abc.abstractmethod
-    def store(self, *, body: Body, patch: Patch, essence: Essence) -> None:
+    def store(self, *, body: Body, patch: Patch, essence: Essence) -> MaybeAwaitable[None]:
         """Keep the essence as the new base for future diffs."""
+
+    def erase(self, *, body: Body) -> MaybeAwaitable[None]:
+        """
+        Forget everything about an object that is gone (its deletion was seen).
+
+        A no-op by default: an essence kept in the object disappears with it.
+        Storages that keep essences outside of the object override it.
+        """
+        return None
+
+    async def __aenter__(self) -> Self:
+        """Entered once when the operator starts; nothing to prepare by default."""
+        return self
+
+    async def __aexit__(
+            self,
+            exc_type: type[BaseException] | None,
+            exc_val: BaseException | None,
+            exc_tb: TracebackType | None,
+    ) -> None:
+        """Exited once when the operator stops; nothing to release by default."""
+        return None
+
+
+def _is_diffbase_annotation(key: str) -> bool:
+    _, name = conventions.split_key(key)
+    return key == KUBECTL_LAST_APPLIED or name == LAST_HANDLED_NAME
+
+
+def _ignored(fields: Iterable[dicts.FieldSpec] | None) -> tuple[dicts.FieldPath, ...]:
+    return tuple(path for path in (dicts.parse_field(f) for f in fields or ()) if path)
 
 
 def _encode(essence: Essence) -> str:
@@ -96,6 +160,16 @@ def _decode(value: Any, *, where: str, body: Body) -> Essence | None:
     return data
 
 
+def _same(stored: Any, essence: Essence) -> bool:
+    """Whether a stored essence (in any format ever written) holds exactly this essence already."""
+    if not isinstance(stored, str):
+        return False
+    try:
+        return bool(json.loads(stored) == essence)
+    except ValueError:
+        return False
+
+
 def _warn_if_large(encoded: str, *, where: str, body: Body) -> None:
     if len(encoded.encode('utf-8')) > ESSENCE_SIZE_WARNING:
         logger.warning(
@@ -106,38 +180,52 @@ def _warn_if_large(encoded: str, *, where: str, body: Body) -> None:
 
 
 class AnnotationsDiffBaseStorage(DiffBaseStorage):
-    """The essence as compact JSON in one annotation, ``kopf.zalando.org/last-handled-configuration``."""
+    """
+    The essence as compact JSON in one annotation, ``kopf.zalando.org/last-handled-configuration``.
+
+    As in Kopf, ``.prefix`` and ``.key`` are the two parts of the annotation's
+    name and ``.name`` is the whole of it; ``name=`` in the constructor sets
+    both parts at once. Essences that Kopf stored (with spaces, or with a
+    trailing newline) are read as they are.
+    """
 
     def __init__(
             self,
             *,
-            prefix: str = 'kopf.zalando.org',
+            prefix: str | None = DEFAULT_PREFIX,
             key: str = LAST_HANDLED_NAME,
             name: str | None = None,
+            ignored_fields: Iterable[dicts.FieldSpec] | None = None,
+            v1: bool = True,
     ) -> None:
         super().__init__()
         if name is not None:
-            name_prefix, name_key = conventions.split_key(name)
-            if name_prefix is None:
-                raise ValueError(f"The diff-base annotation name must be 'prefix/key', got {name!r}.")
-            prefix, key = name_prefix, name_key
-        self.prefix = conventions.validate_prefix(prefix)
-        self.key = f"{prefix}/{conventions.validate_name(key)}"
+            prefix, key = conventions.split_key(name)
+        self.prefix = conventions.validate_prefix(prefix) if prefix is not None else None
+        self.key = conventions.validate_name(key)
+        self.ignored_fields = _ignored(ignored_fields)
+        self.v1 = v1  # accepted for compatibility; it changes nothing here
+
+    @property
+    def name(self) -> str:
+        """The full annotation name, ``prefix/key``."""
+        return conventions.join_key(self.prefix, self.key)
 
     def build(self, *, body: Body, extra_fields: Iterable[dicts.FieldSpec] | None = None) -> Essence:
         essence = super().build(body=body, extra_fields=extra_fields)
-        dicts.remove(essence, ('metadata', 'annotations', self.key))
+        dicts.remove(essence, ('metadata', 'annotations', self.name))
         return essence
 
     def fetch(self, *, body: Body) -> Essence | None:
-        value = body.metadata.annotations.get(self.key)
-        return None if value is None else _decode(value, where=f"annotation {self.key!r}", body=body)
+        value = body.metadata.annotations.get(self.name)
+        return None if value is None else _decode(value, where=f"annotation {self.name!r}", body=body)
 
     def store(self, *, body: Body, patch: Patch, essence: Essence) -> None:
-        encoded = _encode(essence)
-        if body.metadata.annotations.get(self.key) != encoded:
-            _warn_if_large(encoded, where=f"annotation {self.key!r}", body=body)
-            patch.meta.annotations[self.key] = encoded
+        stored = body.metadata.annotations.get(self.name)
+        if not _same(stored, essence):
+            encoded = _encode(essence)
+            _warn_if_large(encoded, where=f"annotation {self.name!r}", body=body)
+            patch.meta.annotations[self.name] = encoded
 
 
 class StatusDiffBaseStorage(DiffBaseStorage):
@@ -148,11 +236,26 @@ class StatusDiffBaseStorage(DiffBaseStorage):
     key by key and leave removed keys behind.
     """
 
-    def __init__(self, *, name: str = 'kopf', field: str = 'status.{name}.last-handled-configuration') -> None:
+    def __init__(
+            self,
+            *,
+            name: str = 'kopf',
+            field: dicts.FieldSpec = 'status.{name}.last-handled-configuration',
+            ignored_fields: Iterable[dicts.FieldSpec] | None = None,
+    ) -> None:
         super().__init__()
-        self.field = dicts.parse_field(field.format(name=name))
-        if not self.field:
-            raise ValueError("The status field for the diff-base must not be empty.")
+        self._name = name
+        self._field = _status_path(field, name=name)
+        self.ignored_fields = _ignored(ignored_fields)
+
+    @property
+    def field(self) -> dicts.FieldPath:
+        """Where the essence is: a path, settable as ``'status.x'`` or ``('status', 'x')``."""
+        return self._field
+
+    @field.setter
+    def field(self, value: dicts.FieldSpec) -> None:
+        self._field = _status_path(value, name=self._name)
 
     def build(self, *, body: Body, extra_fields: Iterable[dicts.FieldSpec] | None = None) -> Essence:
         essence = super().build(body=body, extra_fields=extra_fields)
@@ -165,9 +268,16 @@ class StatusDiffBaseStorage(DiffBaseStorage):
         return None if value is None else _decode(value, where=where, body=body)
 
     def store(self, *, body: Body, patch: Patch, essence: Essence) -> None:
-        encoded = _encode(essence)
-        if dicts.resolve(body, self.field, None) != encoded:
-            dicts.ensure(patch, self.field, encoded)
+        if not _same(dicts.resolve(body, self.field, None), essence):
+            dicts.ensure(patch, self.field, _encode(essence))
+
+
+def _status_path(value: dicts.FieldSpec, *, name: str) -> dicts.FieldPath:
+    path = dicts.parse_field(value.format(name=name) if isinstance(value, str) else value)
+    if not path:
+        raise ValueError("The status field for the diff-base must not be empty "
+                         "(e.g. 'status.my-op.last-handled-configuration').")
+    return path
 
 
 class MultiDiffBaseStorage(DiffBaseStorage):
@@ -180,7 +290,8 @@ class MultiDiffBaseStorage(DiffBaseStorage):
         for storage in storages:
             if not isinstance(storage, DiffBaseStorage):
                 raise TypeError(f"Expected a kopf.DiffBaseStorage, got {storage!r}.")
-        self.storages = tuple(storages)
+        self.storages: tuple[DiffBaseStorage, ...] = tuple(storages)
+        self._stack: contextlib.AsyncExitStack | None = None
 
     def build(self, *, body: Body, extra_fields: Iterable[dicts.FieldSpec] | None = None) -> Essence:
         essence = super().build(body=body, extra_fields=extra_fields)
@@ -188,23 +299,47 @@ class MultiDiffBaseStorage(DiffBaseStorage):
             essence = _intersect(essence, storage.build(body=body, extra_fields=extra_fields))
         return essence
 
-    async def fetch(self, *, body: Body) -> Essence | None:  # type: ignore[override]
-        for storage in self.storages:
-            essence = await calls.call(storage.fetch, body=body)
-            if essence is not None:
-                return essence
-        return None
+    def fetch(self, *, body: Body) -> MaybeAwaitable[Essence | None]:
+        def steps() -> Steps[Essence | None]:
+            for storage in self.storages:
+                essence = yield storage.fetch(body=body)
+                if essence is not None:
+                    return cast(Essence, essence)
+            return None
+        return calls.drive(steps())
 
-    async def store(self, *, body: Body, patch: Patch, essence: Essence) -> None:  # type: ignore[override]
-        for storage in self.storages:
-            await calls.call(storage.store, body=body, patch=patch, essence=essence)
+    def store(self, *, body: Body, patch: Patch, essence: Essence) -> MaybeAwaitable[None]:
+        return calls.drive(_each(s.store(body=body, patch=patch, essence=essence) for s in self.storages))
 
-    async def erase(self, *, body: Body) -> None:
-        """Pass the object's disappearance on to the children that keep state outside of it."""
-        for storage in self.storages:
-            erase = getattr(storage, 'erase', None)
-            if callable(erase):
-                await calls.call(erase, body=body)
+    def erase(self, *, body: Body) -> MaybeAwaitable[None]:
+        """Pass the object's disappearance on to the children, which may keep state outside of it."""
+        return calls.drive(_each(s.erase(body=body) for s in self.storages))
+
+    async def __aenter__(self) -> Self:
+        """Enter every child in order; if one fails, those already entered are exited."""
+        async with contextlib.AsyncExitStack() as stack:
+            for storage in self.storages:
+                await stack.enter_async_context(storage)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+            self,
+            exc_type: type[BaseException] | None,
+            exc_val: BaseException | None,
+            exc_tb: TracebackType | None,
+    ) -> None:
+        """Exit the children in reverse order."""
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.__aexit__(exc_type, exc_val, exc_tb)
+
+
+def _each(results: Iterable[Any]) -> Steps[None]:
+    """Steps for calls whose results do not matter (only that they are awaited, in order)."""
+    for result in results:
+        _ = yield result  # what a call returned is of no use, only that it was awaited
+    return None
 
 
 def _intersect(a: Essence, b: Essence) -> Essence:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 
 class ProgressRecord(TypedDict, total=False):
@@ -72,7 +72,7 @@ def decode_record(value: Any) -> ProgressRecord:
             raise ValueError(f"not valid JSON ({e})") from None
     if not isinstance(value, Mapping):
         raise ValueError(f"expected a JSON object, got {type(value).__name__}")
-    record: ProgressRecord = {}
+    record: dict[str, Any] = {}
     for field, types in _FIELD_TYPES.items():
         if field not in value or value[field] is None:
             continue
@@ -86,8 +86,8 @@ def decode_record(value: Any) -> ProgressRecord:
                 parse_time(item)
             except ValueError:
                 raise ValueError(f"field {field!r} is not an ISO-8601 time: {item!r}") from None
-        record[field] = item  # type: ignore[literal-required]
-    return record
+        record[field] = item
+    return cast(ProgressRecord, record)
 
 
 def encode_record(record: ProgressRecord, *, verbose: bool = False) -> str:
@@ -96,13 +96,18 @@ def encode_record(record: ProgressRecord, *, verbose: bool = False) -> str:
     return json.dumps(data, separators=(',', ':'), sort_keys=True)
 
 
+# Fields that the released Kopf adds to its records; a record with them is still a record.
+KOPF_EXTRA_FIELDS = frozenset({'purpose'})
+
+
 def looks_like_record(value: str) -> bool:
     """
     Whether an annotation value is a progress record of some framework instance.
 
-    Used to keep other operators' bookkeeping (under other prefixes) out of
-    the diff-base essence, so that their progress does not look like a change
-    of the object to us. A record always has ``started`` once written.
+    Used to keep other operators' bookkeeping (under other prefixes), and what
+    the released Kopf left behind, out of the diff-base essence, so that their
+    progress does not look like a change of the object to us. A record always
+    has ``started`` once written; Kopf's records also carry ``purpose``.
     """
     if not value.startswith('{') or len(value) > 64 * 1024:
         return False
@@ -110,4 +115,43 @@ def looks_like_record(value: str) -> bool:
         data = json.loads(value)
     except ValueError:
         return False
-    return isinstance(data, dict) and 'started' in data and set(data) <= set(_FIELD_TYPES)
+    return isinstance(data, dict) and 'started' in data and set(data) <= _KNOWN_FIELDS
+
+
+_KNOWN_FIELDS = frozenset(_FIELD_TYPES) | KOPF_EXTRA_FIELDS
+
+
+def is_orphan_candidate(value: Any) -> bool:
+    """
+    Whether a record (a dict or its JSON text) was written by Kopf 0.27, which left sub-handlers' records behind.
+
+    Such records are recognised by their keys (``parent.child``) when the
+    parent is purged; but only records in 0.27's own shape (no ``purpose``,
+    a naive ``started`` time) are taken by the key alone: a record written by
+    this framework or by a later Kopf is never purged for its name's sake,
+    even if that name happens to start like another handler's.
+    """
+    if isinstance(value, str):
+        if not looks_like_record(value):
+            return False
+        value = json.loads(value)
+    if not isinstance(value, Mapping) or 'purpose' in value:
+        return False
+    started = value.get('started')
+    if not isinstance(started, str):
+        return False
+    try:
+        return datetime.datetime.fromisoformat(started).tzinfo is None
+    except ValueError:
+        return False
+
+
+def advancement(record: ProgressRecord) -> tuple[int, int]:
+    """
+    How far a handler had got by this record: finished beats unfinished, then more attempts beat fewer.
+
+    Used when one handler has records under several keys (ours and Kopf's):
+    the most advanced one tells the truth, as no record ever goes backwards.
+    """
+    finished = bool(record.get('success') or record.get('failure'))
+    return (int(finished), record.get('retries') or 0)

@@ -85,6 +85,18 @@ class Meta(ReadOnlyDict):
         return str(value) if value is not None else None
 
 
+class Spec(ReadOnlyDict):
+    """The ``spec`` of an object (``kopf.Spec``): read-only; change it through the patch."""
+
+    __slots__ = ()
+
+
+class Status(ReadOnlyDict):
+    """The ``status`` of an object (``kopf.Status``): read-only; change it through ``patch.status``."""
+
+    __slots__ = ()
+
+
 class Body(ReadOnlyDict):
     """A whole object: ``kopf.Body(raw)`` wraps any raw dict without copying it."""
 
@@ -109,12 +121,12 @@ class Body(ReadOnlyDict):
         return self.metadata
 
     @property
-    def spec(self) -> Mapping[str, Any]:
-        return ReadOnlyDict(_section(self._src, 'spec'))
+    def spec(self) -> Spec:
+        return Spec(_section(self._src, 'spec'))
 
     @property
-    def status(self) -> Mapping[str, Any]:
-        return ReadOnlyDict(_section(self._src, 'status'))
+    def status(self) -> Status:
+        return Status(_section(self._src, 'status'))
 
     def describe(self) -> str:
         """A short human reference for logs and warnings: ``namespace/name``."""

@@ -10,6 +10,7 @@ namespaced, and which subresources (e.g. ``status``) the server offers.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import re
 import urllib.parse
 from collections.abc import Iterable, Mapping
@@ -90,6 +91,19 @@ def _quote(segment: str) -> str:
     return urllib.parse.quote(segment, safe='')
 
 
+class Marker(enum.Enum):
+    """Special resource selectors: ``kopf.EVERYTHING`` instead of a resource's name."""
+
+    EVERYTHING = 'everything'
+
+    def __repr__(self) -> str:
+        return f"kopf.{self.name}"
+
+
+# Every resource that the cluster serves and that can be listed and watched (usually with filters).
+EVERYTHING = Marker.EVERYTHING
+
+
 @dataclasses.dataclass(frozen=True)
 class Selector:
     """
@@ -98,7 +112,8 @@ class Selector:
     Either an exact ``plural`` (with an optional group and version), or a bare
     ``name`` that may be a plural, a singular, a kind or a short name — the
     forms ``kubectl`` accepts. ``group=None`` means any group; ``group=''`` is
-    the core group only. Build it from decorator arguments with
+    the core group only. ``everything=True`` (``kopf.EVERYTHING``) selects
+    every served resource instead. Build it from decorator arguments with
     :meth:`from_args`.
     """
 
@@ -106,15 +121,17 @@ class Selector:
     version: str | None = None
     plural: str | None = None
     name: str | None = None
+    everything: bool = False
 
     def __post_init__(self) -> None:
-        if (self.plural is None) == (self.name is None):
-            raise TypeError("A resource selector needs exactly one of: plural=, name=.")
+        given = [value for value in (self.plural, self.name) if value is not None] + ([True] if self.everything else [])
+        if len(given) != 1:
+            raise TypeError("A resource selector needs exactly one of: plural=, name=, everything=True.")
         if self.version is not None and not self.version:
             raise ValueError("A resource selector's version cannot be empty.")
 
     @classmethod
-    def from_args(cls, *args: str) -> Selector:
+    def from_args(cls, *args: str | Marker) -> Selector:
         """
         Interpret the positional resource arguments of decorators.
 
@@ -125,19 +142,25 @@ class Selector:
         * ``('kopfexamples',)``, ``('KopfExample',)``, ``('pods',)`` —
           a bare name: plural, singular, kind or short name, in any group;
         * ``('kopfexamples.kopf.dev',)`` — a name in a group;
-        * ``('deployments.v1.apps',)`` — a name, a version and a group.
+        * ``('deployments.v1.apps',)`` — a name, a version and a group;
+        * ``(kopf.EVERYTHING,)`` — every resource served by the cluster.
         """
-        if len(args) == 3:
-            group, version, plural = args
+        if args == (EVERYTHING,):
+            return cls(everything=True)
+        if any(isinstance(arg, Marker) for arg in args):
+            raise TypeError(f"kopf.EVERYTHING is a resource of its own, not a part of one: {args!r}.")
+        strings = [str(arg) for arg in args]
+        if len(strings) == 3:
+            group, version, plural = strings
             return cls(group=group, version=version, plural=plural)
-        if len(args) == 2:
-            api_version, plural = args
+        if len(strings) == 2:
+            api_version, plural = strings
             group, _, version = api_version.rpartition('/')
             if not _VERSION_RE.match(version):
                 raise ValueError(f"Not an apiVersion: {api_version!r} (expected 'group/version' or 'v1').")
             return cls(group=group, version=version, plural=plural)
-        if len(args) == 1:
-            return cls.parse(args[0])
+        if len(strings) == 1:
+            return cls.parse(strings[0])
         raise TypeError(f"A resource is given as 1 to 3 strings, got {len(args)}: {args!r}.")
 
     @classmethod
@@ -171,6 +194,8 @@ class Selector:
             return None
         if self.version is not None and self.version != resource.version:
             return None
+        if self.everything:
+            return 0
         if self.plural is not None:
             return 0 if self.plural == resource.plural else None
         wanted = (self.name or '').lower()
@@ -183,6 +208,8 @@ class Selector:
         return None
 
     def __str__(self) -> str:
+        if self.everything:
+            return 'everything'
         text = self.plural if self.plural is not None else self.name
         if self.version is not None:
             text = f'{text}.{self.version}'

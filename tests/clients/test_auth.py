@@ -1,26 +1,19 @@
+import asyncio
 import base64
 import logging
 import os
-import ssl
+import sys
 
 import pytest
 import yaml
 
+import kopf
 from kopf.clients import auth
 from kopf.clients.auth import (
-    APIContext,
     LoginError,
     login_default,
     login_via_incluster,
     login_via_kubeconfig,
-    make_ssl_context,
-)
-from kopf.clients.errors import (
-    APIConflictError,
-    APIConnectionError,
-    APIForbiddenError,
-    APINotFoundError,
-    APIServerError,
 )
 from kopf.structs.credentials import ConnectionInfo
 
@@ -141,12 +134,6 @@ def test_kubeconfig_oidc_provider_token(tmp_path):
     assert login_via_kubeconfig(path).token == 'oidc-token'
 
 
-def test_kubeconfig_exec_plugins_are_refused_clearly(tmp_path):
-    path = simple_kubeconfig(tmp_path / 'kubeconfig', user={'exec': {'command': 'aws', 'apiVersion': 'x'}})
-    with pytest.raises(LoginError, match='exec plugin'):
-        login_via_kubeconfig(path)
-
-
 def two_contexts(path):
     return write_kubeconfig(
         path,
@@ -248,6 +235,7 @@ def test_incluster_login(service_account):
         server='https://10.0.0.1:443',
         ca_path=str(service_account / 'ca.crt'),
         token='sa-token',
+        token_path=str(service_account / 'token'),
         default_namespace='operator-ns',
     )
 
@@ -294,182 +282,73 @@ def test_default_login_says_what_was_tried(tmp_path):
     assert str(tmp_path / 'home' / '.kube' / 'config') in message
 
 
-# --- TLS -----------------------------------------------------------------------------------------
+# --- Kopf-compatible login helpers ------------------------------------------------------------------
 
-def test_ssl_verifies_the_server_by_default():
-    context = make_ssl_context(ConnectionInfo(server='https://k8s'))
-    assert context.verify_mode == ssl.CERT_REQUIRED
-    assert context.check_hostname is True
+def test_login_with_service_account_outside_of_a_pod_gives_nothing():
+    assert kopf.login_with_service_account() is None
 
 
-def test_ssl_insecure_only_when_asked():
-    context = make_ssl_context(ConnectionInfo(server='https://k8s', insecure=True))
-    assert context.verify_mode == ssl.CERT_NONE
-    assert context.check_hostname is False
+def test_login_with_service_account_in_a_pod(service_account):
+    info = kopf.login_with_service_account(logger=logging.getLogger(), memo=None)
+    assert info.token == 'sa-token'
+    assert info.token_path == str(service_account / 'token')
 
 
-def _ca_subjects(context):
-    return [dict(item[0] for item in cert['subject']).get('commonName') for cert in context.get_ca_certs()]
+def test_login_with_kubeconfig_without_one_gives_nothing():
+    assert kopf.login_with_kubeconfig() is None
 
 
-def test_ssl_ca_from_data(tls):
-    context = make_ssl_context(ConnectionInfo(server='https://k8s', ca_data=tls.ca_cert))
-    assert _ca_subjects(context) == ['test-ca']
+def test_login_with_kubeconfig(tmp_path):
+    simple_kubeconfig(tmp_path / 'home' / '.kube' / 'config', user={'token': 'home-token'})
+    assert kopf.login_with_kubeconfig(logger=logging.getLogger()).token == 'home-token'
 
 
-def test_ssl_ca_from_file(tls, tmp_path):
+def test_login_via_pykube_from_a_kubeconfig(tmp_path, monkeypatch):
+    path = simple_kubeconfig(tmp_path / 'kubeconfig', user={'token': 'pykube-token'}, namespace='ns1',
+                             cluster_extra={'insecure-skip-tls-verify': True})
+    monkeypatch.setenv('KUBECONFIG', str(path))
+    info = kopf.login_via_pykube(logger=logging.getLogger())
+    assert info == ConnectionInfo(server='https://k8s:6443', token='pykube-token', insecure=True,
+                                  default_namespace='ns1')
+
+
+def test_login_via_pykube_without_configuration_gives_nothing():
+    assert kopf.login_via_pykube() is None
+
+
+def test_login_via_client_from_a_kubeconfig(tmp_path, monkeypatch, tls):
     (tmp_path / 'ca.crt').write_bytes(tls.ca_cert)
-    context = make_ssl_context(ConnectionInfo(server='https://k8s', ca_path=str(tmp_path / 'ca.crt')))
-    assert _ca_subjects(context) == ['test-ca']
+    path = simple_kubeconfig(tmp_path / 'kubeconfig', user={'token': 'client-token'},
+                             cluster_extra={'certificate-authority': str(tmp_path / 'ca.crt')})
+    monkeypatch.setenv('KUBECONFIG', str(path))
+    info = kopf.login_via_client(logger=logging.getLogger())
+    assert info.server == 'https://k8s:6443'
+    assert info.token == 'client-token'
+    assert info.scheme == 'Bearer'
+    assert info.ca_path == str(tmp_path / 'ca.crt')
+    assert info.insecure is False
 
 
-def test_ssl_client_certificate_from_files(tls, tmp_path):
-    (tmp_path / 'c.crt').write_bytes(tls.client_cert)
-    (tmp_path / 'c.key').write_bytes(tls.client_key)
-    make_ssl_context(ConnectionInfo(server='https://k8s', certificate_path=str(tmp_path / 'c.crt'),
-                                    private_key_path=str(tmp_path / 'c.key')))
+def test_login_via_client_without_configuration_gives_nothing():
+    assert kopf.login_via_client() is None
 
 
-def test_ssl_client_certificate_from_data_leaves_no_files(tls, tmp_path, monkeypatch):
-    monkeypatch.setattr('tempfile.tempdir', str(tmp_path))
-    make_ssl_context(ConnectionInfo(server='https://k8s', certificate_data=tls.client_cert,
-                                    private_key_data=tls.client_key))
-    assert list(tmp_path.iterdir()) == []
+async def test_login_via_async_client_from_a_kubeconfig(tmp_path, monkeypatch):
+    path = simple_kubeconfig(tmp_path / 'kubeconfig', user={'token': 'async-token'})
+    monkeypatch.setenv('KUBECONFIG', str(path))
+    info = await kopf.login_via_async_client(logger=logging.getLogger())
+    assert info.server == 'https://k8s:6443'
+    assert info.token == 'async-token'
 
 
-def test_ssl_client_certificate_mismatching_key_fails(tls):
-    other_key = tls.ca_cert  # not a key at all
-    with pytest.raises(ssl.SSLError):
-        make_ssl_context(ConnectionInfo(server='https://k8s', certificate_data=tls.client_cert,
-                                        private_key_data=other_key))
-
-
-# --- API context ---------------------------------------------------------------------------------
-
-async def test_request_sends_the_bearer_token_and_parses_json(context, aresponses, host, history):
-    aresponses.add(host, '/api/v1/namespaces/ns1/pods/p1', 'GET', {'kind': 'Pod', 'metadata': {'name': 'p1'}})
-    result = await context.request('GET', '/api/v1/namespaces/ns1/pods/p1')
-    assert result == {'kind': 'Pod', 'metadata': {'name': 'p1'}}
-    assert history()[0].headers['Authorization'] == 'Bearer the-token'
-
-
-async def test_request_with_basic_auth(aresponses, host, history):
-    aresponses.add(host, '/api', 'GET', {})
-    async with APIContext(ConnectionInfo(server=f'http://{host}', username='admin', password='pw')) as context:
-        await context.request('GET', '/api')
-    assert history()[0].headers['Authorization'] == 'Basic ' + b64(b'admin:pw')
-
-
-async def test_request_accepts_full_urls_params_and_json_bodies(context, aresponses, host, history):
-    aresponses.add(host, '/apis/x/v1/things', 'POST', {'ok': True})
-    result = await context.request('POST', f'http://{host}/apis/x/v1/things', json={'a': [1, None]},
-                                   params={'dryRun': 'All', 'pretty': True, 'skip': None},
-                                   headers={'X-Extra': 'yes'})
-    assert result == {'ok': True}
-    request = history()[0]
-    assert dict(request.query) == {'dryRun': 'All', 'pretty': 'true'}
-    assert request.headers['Content-Type'] == 'application/json'
-    assert request.headers['X-Extra'] == 'yes'
-    assert await request.json() == {'a': [1, None]}
-
-
-async def test_request_with_empty_body_returns_none(context, aresponses, host):
-    aresponses.add(host, '/empty', 'DELETE', aresponses.Response(status=200, text=''))
-    assert await context.request('DELETE', '/empty') is None
-
-
-def status_response(aresponses, code, reason, message):
-    return aresponses.Response(status=code, content_type='application/json', text=(
-        f'{{"kind": "Status", "code": {code}, "reason": "{reason}", "message": "{message}"}}'))
-
-
-@pytest.mark.parametrize('code, reason, cls', [
-    (403, 'Forbidden', APIForbiddenError),
-    (404, 'NotFound', APINotFoundError),
-    (409, 'Conflict', APIConflictError),
+@pytest.mark.parametrize('module, login, package', [
+    ('kubernetes', kopf.login_via_client, 'pip install kubernetes'),
+    ('kubernetes_asyncio', kopf.login_via_async_client, 'pip install kubernetes_asyncio'),
+    ('pykube', kopf.login_via_pykube, 'pip install pykube-ng'),
 ])
-async def test_request_raises_4xx_at_once(context, aresponses, host, history, code, reason, cls):
-    aresponses.add(host, '/x', 'GET', status_response(aresponses, code, reason, 'the message'), repeat=5)
-    with pytest.raises(cls, match='the message'):
-        await context.request('GET', '/x')
-    assert len(history()) == 1
-
-
-async def test_request_retries_5xx_then_succeeds(context, aresponses, host, history, caplog):
-    aresponses.add(host, '/x', 'GET', status_response(aresponses, 503, 'ServiceUnavailable', 'busy'))
-    aresponses.add(host, '/x', 'GET', {'ok': True})
-    with caplog.at_level(logging.WARNING, logger='kopf.clients.auth'):
-        assert await context.request('GET', '/x') == {'ok': True}
-    assert len(history()) == 2
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1
-    assert 'busy' in warnings[0].getMessage()
-    assert 'retry 1 of 2' in warnings[0].getMessage()
-
-
-async def test_request_retries_429(context, aresponses, host, history):
-    aresponses.add(host, '/x', 'GET', status_response(aresponses, 429, 'TooManyRequests', 'slow down'))
-    aresponses.add(host, '/x', 'GET', {'ok': True})
-    assert await context.request('GET', '/x') == {'ok': True}
-    assert len(history()) == 2
-
-
-async def test_request_gives_up_on_5xx_after_the_bounded_retries(context, aresponses, host, history):
-    aresponses.add(host, '/x', 'GET', status_response(aresponses, 500, 'InternalError', 'broken'), repeat=10)
-    with pytest.raises(APIServerError, match='broken'):
-        await context.request('GET', '/x')
-    assert len(history()) == 3  # the first attempt and 2 retries
-
-
-async def test_request_retries_connection_errors_then_succeeds(context, aresponses, host, history):
-    aresponses.add(host, '/x', 'GET', aresponses.RawResponse(b''))  # the server closes without answering
-    aresponses.add(host, '/x', 'GET', {'ok': True})
-    assert await context.request('GET', '/x') == {'ok': True}
-    assert len(history()) == 2
-
-
-async def test_request_gives_up_on_connection_errors_with_a_typed_error(context, aresponses, host, caplog):
-    aresponses.add(host, '/x', 'GET', aresponses.RawResponse(b''), repeat=aresponses.INFINITY)
-    with caplog.at_level(logging.WARNING, logger='kopf.clients.auth'):
-        with pytest.raises(APIConnectionError, match=r'/x.*3 attempts'):
-            await context.request('GET', '/x')
-    # (aiohttp itself may repeat a request once on a dropped keep-alive connection, so count our retries)
-    assert [r.getMessage().endswith(f'(retry {n} of 2).') for n, r in enumerate(caplog.records, 1)] == [True, True]
-
-
-async def test_request_backoff_grows_and_is_capped(aresponses, host, monkeypatch):
-    delays = []
-
-    async def fake_sleep(delay):
-        delays.append(delay)
-
-    monkeypatch.setattr(auth.asyncio, 'sleep', fake_sleep)
-    aresponses.add(host, '/x', 'GET', status_response(aresponses, 500, 'InternalError', 'x'), repeat=10)
-    info = ConnectionInfo(server=f'http://{host}')
-    async with APIContext(info, retries=5, backoff=1.0, max_backoff=5.0) as context:
-        with pytest.raises(APIServerError):
-            await context.request('GET', '/x')
-    assert delays == [1.0, 2.0, 4.0, 5.0, 5.0]
-
-
-async def test_stream_yields_the_open_response(context, aresponses, host, stream_response, history):
-    aresponses.add(host, '/api/v1/pods', 'GET', stream_response(b'line1\n', b'line2\n'))
-    async with context.stream('GET', '/api/v1/pods', params={'watch': True}) as response:
-        assert await response.content.read() == b'line1\nline2\n'
-    assert dict(history()[0].query) == {'watch': 'true'}
-    assert history()[0].headers['Authorization'] == 'Bearer the-token'
-
-
-async def test_stream_raises_typed_errors(context, aresponses, host):
-    aresponses.add(host, '/api/v1/pods', 'GET', status_response(aresponses, 410, 'Expired', 'too old'))
-    with pytest.raises(Exception, match='too old') as excinfo:
-        async with context.stream('GET', '/api/v1/pods'):
-            pass
-    assert type(excinfo.value).__name__ == 'APIGoneError'
-
-
-async def test_context_requires_being_open(info):
-    context = APIContext(info)
-    with pytest.raises(RuntimeError, match='not open'):
-        await context.request('GET', '/api')
-    assert context.server == 'http://fake-k8s'
+async def test_login_via_a_missing_client_says_what_to_install(monkeypatch, module, login, package):
+    monkeypatch.setitem(sys.modules, module, None)  # makes the import fail
+    with pytest.raises(LoginError, match=package):
+        result = login()
+        if asyncio.iscoroutine(result):
+            await result

@@ -4,7 +4,7 @@ import pytest
 from aiohttp import web
 
 from kopf.clients.auth import APIContext
-from kopf.clients.discovery import AmbiguousResourceError, ResourceNotFoundError, resolve
+from kopf.clients.discovery import AmbiguousResourceError, ResourceNotFoundError, resolve, scan
 from kopf.clients.errors import APIServerError
 from kopf.structs.resources import Resource, Selector
 
@@ -219,3 +219,17 @@ async def test_a_broken_aggregated_api_is_not_asked_again_until_a_refresh(cluste
 async def test_a_failing_named_group_is_an_error_not_a_miss(cluster, context):
     with pytest.raises(APIServerError, match='metrics are down'):
         await resolve(context=context, selector=Selector.parse('nodes.metrics.k8s.io'))
+
+
+async def test_scan_finds_every_listable_watchable_resource_in_preferred_versions(cluster, context, caplog):
+    cluster['/api/v1']['resources'].append({'name': 'bindings', 'kind': 'Binding', 'verbs': ['create']})
+    with caplog.at_level(logging.WARNING):
+        resources = await scan(context=context)
+    assert {f'{r.plural}.{r.version}.{r.group}'.rstrip('.') for r in resources} == {
+        'pods.v1', 'configmaps.v1', 'namespaces.v1', 'events.v1',
+        'deployments.v1.apps', 'events.v1.events.k8s.io', 'ingresses.v1beta1.extensions',
+        'ingresses.v1.networking.k8s.io', 'kopfexamples.v1.kopf.dev', 'clusterthings.v1.kopf.dev',
+    }
+    assert KEX in resources
+    assert Resource('', 'v1', 'pods', 'Pod', True, frozenset({'status', 'log'})) in resources
+    assert 'metrics.k8s.io' in caplog.text  # the failing group is skipped, loudly

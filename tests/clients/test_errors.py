@@ -9,6 +9,7 @@ from kopf.clients.errors import (
     APIGoneError,
     APINotFoundError,
     APIServerError,
+    APITooManyRequestsError,
     APIUnauthorizedError,
     APIUnprocessableError,
     check_response,
@@ -25,7 +26,7 @@ from kopf.clients.errors import (
     (409, APIConflictError),
     (410, APIGoneError),
     (422, APIUnprocessableError),
-    (429, APIError),
+    (429, APITooManyRequestsError),
     (500, APIServerError),
     (503, APIServerError),
     (504, APIServerError),
@@ -94,3 +95,20 @@ async def test_check_response_passes_successes(aresponses, host):
     async with aiohttp.ClientSession() as session:
         async with session.get(f'http://{host}/ok') as response:
             await check_response(response)
+
+
+def test_too_many_requests_is_transient_like_a_server_error():
+    assert issubclass(APITooManyRequestsError, APIServerError)
+
+
+def test_retry_after_from_the_status_details():
+    error = error_from_status({'kind': 'Status', 'code': 429, 'reason': 'TooManyRequests',
+                               'details': {'retryAfterSeconds': 3}})
+    assert isinstance(error, APITooManyRequestsError)
+    assert error.retry_after == 3.0
+
+
+def test_no_retry_after_if_the_server_has_not_said_it():
+    error = error_from_status({'kind': 'Status', 'code': 429})
+    assert isinstance(error, APITooManyRequestsError)
+    assert error.retry_after is None

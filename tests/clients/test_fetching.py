@@ -1,6 +1,10 @@
+import json
+import logging
+
 import pytest
 
-from kopf.clients.errors import APIForbiddenError
+from kopf.clients import fetching, session
+from kopf.clients.errors import APIForbiddenError, APIGoneError
 from kopf.clients.fetching import list_objs, read_obj
 from kopf.structs.resources import Resource
 
@@ -66,3 +70,86 @@ async def test_read_a_missing_object_gives_none(context, aresponses, host):
     aresponses.add(host, '/apis/kopf.dev/v1/namespaces/ns1/kopfexamples/gone', 'GET',
                    aresponses.Response(status=404, text='{"kind": "Status", "code": 404}'))
     assert await read_obj(context=context, resource=KEX, namespace='ns1', name='gone') is None
+
+
+# --- Paginated listing ------------------------------------------------------------------------------
+
+def page(*names, token=None, resource_version='100'):
+    document = listing(*names, resource_version=resource_version)
+    if token is not None:
+        document['metadata']['continue'] = token
+    return document
+
+
+def expired():
+    return {'kind': 'Status', 'code': 410, 'reason': 'Expired',
+            'message': 'The provided continue parameter is too old to display a consistent list result.'}
+
+
+async def test_pages_are_listed_with_limit_and_continue(context, aresponses, host, history):
+    path = '/apis/kopf.dev/v1/kopfexamples'
+    aresponses.add(host, path, 'GET', page('a', 'b', token='t1'))
+    aresponses.add(host, path, 'GET', page('c', 'd', token='t2'))
+    aresponses.add(host, path, 'GET', page('e'))
+    items, resource_version = await list_objs(context=context, resource=KEX, namespace=None, limit=2)
+    assert [item['metadata']['name'] for item in items] == ['a', 'b', 'c', 'd', 'e']
+    assert resource_version == '100'
+    assert [dict(r.query) for r in history()] == [{'limit': '2'}, {'limit': '2', 'continue': 't1'},
+                                                 {'limit': '2', 'continue': 't2'}]
+
+
+async def test_without_a_limit_there_is_one_request(context, aresponses, host, history):
+    aresponses.add(host, '/apis/kopf.dev/v1/kopfexamples', 'GET', page('a'))
+    await list_objs(context=context, resource=KEX, namespace=None)
+    assert [dict(r.query) for r in history()] == [{}]
+
+
+async def test_an_expired_continue_token_starts_a_fresh_listing(context, aresponses, host, history, caplog):
+    path = '/apis/kopf.dev/v1/kopfexamples'
+    aresponses.add(host, path, 'GET', page('a', 'b', token='t1', resource_version='100'))
+    aresponses.add(host, path, 'GET', aresponses.Response(status=410, content_type='application/json',
+                                                          text=json.dumps(expired())))
+    aresponses.add(host, path, 'GET', page('a', 'c', token='t9', resource_version='200'))
+    aresponses.add(host, path, 'GET', page('d', resource_version='200'))
+    with caplog.at_level(logging.INFO, logger='kopf.clients.fetching'):
+        items, resource_version = await list_objs(context=context, resource=KEX, namespace=None, limit=2)
+    assert [item['metadata']['name'] for item in items] == ['a', 'c', 'd']  # nothing from the stale pages
+    assert resource_version == '200'
+    assert [r.query.get('continue') for r in history()] == [None, 't1', None, 't9']
+    assert 'continue token of the listing of kopfexamples.v1.kopf.dev has expired after 2 objects' in caplog.text
+
+
+async def test_a_first_page_410_is_raised(context, aresponses, host):
+    aresponses.add(host, '/apis/kopf.dev/v1/kopfexamples', 'GET',
+                   aresponses.Response(status=410, content_type='application/json', text=json.dumps(expired())))
+    with pytest.raises(APIGoneError):
+        await list_objs(context=context, resource=KEX, namespace=None, limit=2)
+
+
+async def test_endlessly_expiring_tokens_give_up(context, aresponses, host):
+    path = '/apis/kopf.dev/v1/kopfexamples'
+    for _ in range(fetching.MAX_LIST_RESTARTS + 1):
+        aresponses.add(host, path, 'GET', page('a', token='t'))
+        aresponses.add(host, path, 'GET', aresponses.Response(status=410, content_type='application/json',
+                                                              text=json.dumps(expired())))
+    with pytest.raises(APIGoneError):
+        await list_objs(context=context, resource=KEX, namespace=None, limit=1)
+
+
+async def test_a_throttled_page_is_waited_for(context, aresponses, host, history, monkeypatch):
+    delays = []
+
+    async def fake_sleep(delay):
+        delays.append(delay)
+
+    monkeypatch.setattr(session.asyncio, 'sleep', fake_sleep)
+    path = '/apis/kopf.dev/v1/kopfexamples'
+    aresponses.add(host, path, 'GET', page('a', token='t1'))
+    aresponses.add(host, path, 'GET', aresponses.Response(
+        status=429, headers={'Retry-After': '3'}, content_type='application/json',
+        text='{"kind": "Status", "code": 429, "reason": "TooManyRequests"}'))
+    aresponses.add(host, path, 'GET', page('b'))
+    items, _ = await list_objs(context=context, resource=KEX, namespace=None, limit=1)
+    assert [item['metadata']['name'] for item in items] == ['a', 'b']
+    assert delays == [3.0]
+    assert [r.query.get('continue') for r in history()] == [None, 't1', 't1']

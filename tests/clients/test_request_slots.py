@@ -2,7 +2,7 @@ import asyncio
 
 from aiohttp import web
 
-from kopf.clients.auth import APIContext
+from kopf.clients.session import APIContext
 
 
 def slow_handler(active: list[int], peak: list[int]):

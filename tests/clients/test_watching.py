@@ -6,9 +6,11 @@ import time
 
 import pytest
 
+from kopf.clients.auth import APIContext
 from kopf.clients.errors import APIForbiddenError
 from kopf.clients.watching import LineSplitter, infinite_watch
 from kopf.config import WatchingConfig
+from kopf.structs.credentials import ConnectionInfo
 from kopf.structs.resources import Resource
 
 KEX = Resource('kopf.dev', 'v1', 'kopfexamples', 'KopfExample', namespaced=True)
@@ -346,3 +348,84 @@ async def test_stop_between_events_ends_after_the_current_one(aresponses, host, 
         events.append(e)
         stop.set()
     assert summary(events) == [(None, 'a')]
+
+
+# --- Dead connections, throttling, and the back-off reset -----------------------------------------
+
+def messages(caplog):
+    return [r.getMessage() for r in caplog.records if r.name == 'kopf.clients.watching']
+
+
+async def test_the_backoff_resets_once_a_stream_is_established_even_without_events(
+        aresponses, host, watch, stream_response, caplog):
+    aresponses.add(host, PATH, 'GET', listing(rv='10'))
+    aresponses.add(host, PATH, 'GET', status_response(aresponses, 500, 'one'))
+    aresponses.add(host, PATH, 'GET', status_response(aresponses, 500, 'two'))
+    aresponses.add(host, PATH, 'GET', stream_response())  # established (200), idle, then closed by the server
+    aresponses.add(host, PATH, 'GET', status_response(aresponses, 500, 'three'))
+    aresponses.add(host, PATH, 'GET', stream_response(event('ADDED', obj('a', '11'))))
+    with caplog.at_level(logging.WARNING, logger='kopf.clients.watching'):
+        assert summary(await take(watch(), 1)) == [('ADDED', 'a')]
+    delays = [m.rsplit('reconnecting in ', 1)[1] for m in messages(caplog)]
+    assert delays == ['0.01s.', '0.02s.', '0.01s.']
+
+
+async def test_a_silent_stream_is_reported_and_reopened_from_the_last_version(
+        aresponses, host, context, history, stream_response, caplog):
+    aresponses.add(host, PATH, 'GET', listing(rv='10'))
+    aresponses.add(host, PATH, 'GET', stream_response(event('ADDED', obj('a', '11')), hang=True))
+    aresponses.add(host, PATH, 'GET', stream_response(event('MODIFIED', obj('a', '12'))))
+    settings = WatchingConfig(reconnect_backoff=0.01, inactivity_timeout=0.3)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger='kopf.clients.watching'):
+        events = await take(infinite_watch(context=context, resource=KEX, namespace=None, settings=settings), 2)
+    assert summary(events) == [('ADDED', 'a'), ('MODIFIED', 'a')]
+    assert 0.3 <= time.monotonic() - started < 3
+    assert [q['resourceVersion'] for q in watch_queries(history)] == ['10', '11']
+    assert messages(caplog) == [
+        "The watch of kopfexamples.v1.kopf.dev has been silent for 0.3s, not even a bookmark: "
+        "the connection is probably dead; reconnecting from resourceVersion '11' in 0.01s."]
+
+
+async def test_a_watch_request_without_an_answer_is_reported(aresponses, host, history, stream_response, caplog):
+    async def never_answers(request):
+        await asyncio.sleep(5)
+
+    aresponses.add(host, PATH, 'GET', listing(rv='10'))
+    aresponses.add(host, PATH, 'GET', never_answers)
+    aresponses.add(host, PATH, 'GET', stream_response(event('ADDED', obj('a', '11'))))
+    settings = WatchingConfig(reconnect_backoff=0.01, inactivity_timeout=None)
+    async with APIContext(ConnectionInfo(server=f'http://{host}'), timeout=0.3) as context:
+        with caplog.at_level(logging.WARNING, logger='kopf.clients.watching'):
+            events = await take(infinite_watch(context=context, resource=KEX, namespace=None, settings=settings), 1)
+    assert summary(events) == [('ADDED', 'a')]
+    assert messages(caplog) == [
+        "The watch of kopfexamples.v1.kopf.dev got no answer to the watch request in time: "
+        "the connection is probably dead; reconnecting from resourceVersion '10' in 0.01s."]
+
+
+async def test_a_throttled_watch_waits_as_the_server_asks(aresponses, host, watch, history, stream_response, caplog):
+    aresponses.add(host, PATH, 'GET', listing(rv='10'))
+    aresponses.add(host, PATH, 'GET', aresponses.Response(
+        status=429, headers={'Retry-After': '1'}, content_type='application/json',
+        text='{"kind": "Status", "code": 429, "reason": "TooManyRequests", "message": "slow down"}'))
+    aresponses.add(host, PATH, 'GET', stream_response(event('ADDED', obj('a', '11'))))
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger='kopf.clients.watching'):
+        assert summary(await take(watch(), 1)) == [('ADDED', 'a')]
+    assert time.monotonic() - started >= 0.95
+    assert messages(caplog) == ["The watch of kopfexamples.v1.kopf.dev is throttled by the server "
+                                "(429 Too Many Requests); reconnecting in 1.00s."]
+    assert [q['resourceVersion'] for q in watch_queries(history)] == ['10', '10']
+
+
+async def test_the_listing_is_paginated(aresponses, host, context, history, stream_response):
+    first = listing(obj('a', '5'), rv='10')
+    first['metadata']['continue'] = 'next'
+    aresponses.add(host, PATH, 'GET', first)
+    aresponses.add(host, PATH, 'GET', listing(obj('b', '6'), rv='10'))
+    aresponses.add(host, PATH, 'GET', stream_response(event('ADDED', obj('c', '11'))))
+    settings = WatchingConfig(list_limit=1)
+    events = await take(infinite_watch(context=context, resource=KEX, namespace=None, settings=settings), 3)
+    assert summary(events) == [(None, 'a'), (None, 'b'), ('ADDED', 'c')]
+    assert [dict(r.query) for r in list_requests(history)] == [{'limit': '1'}, {'limit': '1', 'continue': 'next'}]

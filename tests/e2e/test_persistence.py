@@ -99,7 +99,7 @@ def settled(kube: KubeAPI, path: str, *, quiet: float = 3.0, timeout: float = 30
 
 def test_strict_schema_with_status_subresource(kube, namespace, operators, tmp_path):
     calls = tmp_path / 'calls.jsonl'
-    operator = operators(E2E_RESOURCE=f'stricts.{GROUP}', E2E_CALLS=str(calls))
+    operator = operators(E2E_RESOURCE=f'stricts.{GROUP}', E2E_CALLS=str(calls), E2E_POST_LOGGERS='1')
     operator.wait_for_output('Serving')
     path = make(kube, 'stricts', 'Strict', namespace)
 
@@ -121,7 +121,7 @@ def test_strict_schema_with_status_subresource(kube, namespace, operators, tmp_p
     # The handler's result is pruned by the strict status schema -- and the operator says so.
     assert 'dropped some patched fields' in operator.output and 'status.first' in operator.output
 
-    # Per-object log messages are posted as Kubernetes Events attached to the object.
+    # Per-object log messages are posted as Kubernetes Events attached to the object (posting.loggers is on).
     def posted() -> list[str]:
         items = kube.get(f'/api/v1/namespaces/{namespace}/events')['items']
         return [e['message'] for e in items if e['involvedObject'].get('uid') == obj['metadata']['uid']]

@@ -1,6 +1,7 @@
 import click.testing
 import pytest
 
+import kopf
 from kopf import cli
 
 
@@ -104,3 +105,85 @@ def test_operator_errors_end_the_command_with_their_message(monkeypatch, tmp_pat
     result = invoke('run', str(path))
     assert result.exit_code == 1
     assert 'Cannot serve the resource nonexistents' in result.output
+
+
+def test_run_help_lists_kopfs_options_too(invoke):
+    result = invoke('run', '--help')
+    for option in ['--dev', '--liveness', '--log-prefix', '--no-log-prefix', '--log-refkey']:
+        assert option in result.output
+
+
+@pytest.fixture()
+def runs(monkeypatch):
+    runs = []
+    monkeypatch.setattr(cli.running, 'run', lambda **kwargs: runs.append(kwargs))
+    monkeypatch.setattr(cli.logsetup, 'configure', lambda **kwargs: runs.append(kwargs))
+    return runs
+
+
+@pytest.fixture()
+def operator_file(tmp_path):
+    path = tmp_path / 'some_op.py'
+    path.write_text('')
+    return str(path)
+
+
+def test_liveness_endpoint_is_passed_to_the_operator(invoke, runs, operator_file):
+    assert invoke('run', operator_file, '-L', 'http://0.0.0.0:8080/healthz').exit_code == 0
+    assert runs[-1]['liveness_endpoint'] == 'http://0.0.0.0:8080/healthz'
+    assert invoke('run', operator_file).exit_code == 0
+    assert runs[-1]['liveness_endpoint'] is None
+
+
+@pytest.mark.parametrize('flag', ['--dev', '--standalone'])
+def test_dev_and_standalone_keep_working(invoke, runs, operator_file, flag):
+    result = invoke('run', operator_file, flag)
+    assert result.exit_code == 0, result.output
+    assert runs[-1]['standalone'] is True
+
+
+def test_logging_options_configure_logging_as_kopf_configure_does(invoke, runs, operator_file):
+    assert invoke('run', operator_file, '-v', '--log-format', 'json', '--log-refkey', 'k8s').exit_code == 0
+    assert runs[0] == {'debug': False, 'verbose': True, 'quiet': False, 'log_format': 'json',
+                       'log_prefix': None, 'log_refkey': 'k8s'}
+    assert invoke('run', operator_file, '--no-log-prefix').exit_code == 0
+    assert runs[2]['log_prefix'] is False
+
+
+@pytest.mark.parametrize('args, option', [
+    (['--peering', 'my-peering'], '--peering'),
+    (['-P', 'my-peering', '--priority', '100'], '--peering'),
+    (['--priority', '100'], '--priority'),
+    (['-p', '100', '--dev'], '--priority'),
+])
+def test_kopfs_peering_options_fail_with_the_lease_based_way(invoke, runs, operator_file, args, option):
+    result = invoke('run', operator_file, *args)
+    assert result.exit_code == 2
+    assert runs == []
+    line, = result.output.strip().splitlines()
+    assert line.startswith(f"Error: {option} is Kopf's peering option")
+    assert '--ha' in line and '--shards' in line
+
+
+@pytest.mark.parametrize('command, args', [
+    ('freeze', ['--id', 'x', '--peering', 'p', '--priority', '100', '--lifetime', '60', '-m', 'maintenance']),
+    ('freeze', []),
+    ('resume', ['-P', 'p', '-n', 'ns']),
+])
+def test_freeze_and_resume_exist_and_fail_with_the_lease_based_way(invoke, command, args):
+    result = invoke(command, *args)
+    assert result.exit_code == 2
+    line, = result.output.strip().splitlines()
+    assert line.startswith(f"Error: kopf {command} ")
+    assert '--ha' in line and 'Deployment' in line
+
+
+def test_the_runners_registry_and_settings_reach_the_operator(monkeypatch, operator_file):
+    runs = []
+    monkeypatch.setattr(cli.running, 'run', lambda **kwargs: runs.append(kwargs))
+    registry, settings = kopf.OperatorRegistry(), kopf.OperatorSettings()
+    controls = cli.CLIControls(registry=registry, settings=settings)
+    result = click.testing.CliRunner().invoke(cli.main, ['run', operator_file], obj=controls)
+    assert result.exit_code == 0, result.output
+    assert runs[0]['registry'] is registry
+    assert runs[0]['settings'] is settings

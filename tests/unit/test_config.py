@@ -15,6 +15,7 @@ def test_persistence_defaults():
     assert isinstance(config.persistence.progress_storage, kopf.SmartProgressStorage)
     assert isinstance(config.persistence.diffbase_storage, kopf.AnnotationsDiffBaseStorage)
     assert config.persistence.finalizer == 'kopf.zalando.org/KopfFinalizerMarker'
+    assert config.persistence.max_unpersisted_time == 1.0
 
 
 def test_configs_do_not_share_storages():
@@ -35,11 +36,27 @@ def test_persistence_is_configurable_as_in_the_seed_example():
     ('diffbase_storage', kopf.AnnotationsProgressStorage(), 'kopf.DiffBaseStorage'),
     ('progress_storage', 'annotations', 'kopf.ProgressStorage'),
     ('finalizer', None, 'str'),
+    ('max_unpersisted_time', '1s', 'float'),
+    ('max_unpersisted_time', True, 'float'),
 ])
 def test_wrong_types_are_rejected_naming_the_expected_class(name, value, expected):
     config = OperatorConfig()
     with pytest.raises(TypeError, match=expected):
         setattr(config.persistence, name, value)
+
+
+@pytest.mark.parametrize('value, expected', [(0, 0.0), (2, 2.0), (0.5, 0.5)])
+def test_the_unpersisted_time_is_a_number_of_seconds(value, expected):
+    config = OperatorConfig()
+    config.persistence.max_unpersisted_time = value
+    assert config.persistence.max_unpersisted_time == expected
+    assert isinstance(config.persistence.max_unpersisted_time, float)
+
+
+@pytest.mark.parametrize('value', [-1, -0.1, float('nan')])
+def test_the_unpersisted_time_cannot_be_negative(value):
+    with pytest.raises(ValueError, match=r'config.persistence.max_unpersisted_time must be a number of seconds >= 0'):
+        OperatorConfig().persistence.max_unpersisted_time = value
 
 
 def test_unknown_persistence_settings_are_rejected():

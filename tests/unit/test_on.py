@@ -1,3 +1,6 @@
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 import kopf.on
@@ -34,6 +37,7 @@ def only_changing(registry, reason=None):
     (('kopfexamples',), Selector(name='kopfexamples')),
     (('KopfExample',), Selector(name='KopfExample')),
     (('kopfexamples.kopf.dev',), Selector(name='kopfexamples', group='kopf.dev')),
+    ((kopf.EVERYTHING,), Selector(everything=True)),
 ])
 def test_resource_forms(registry, args, expected):
     kopf.on.create(*args, registry=registry)(fn)
@@ -118,6 +122,7 @@ def test_event_handlers(registry):
     (kopf.on.startup, Activity.STARTUP),
     (kopf.on.cleanup, Activity.CLEANUP),
     (kopf.on.login, Activity.LOGIN),
+    (kopf.on.probe, Activity.PROBE),
 ])
 def test_activity_handlers(registry, decorator, activity):
     decorator(id='act', retries=2, timeout=5, backoff=1, errors=ErrorsMode.IGNORED, registry=registry)(fn)
@@ -187,3 +192,27 @@ async def test_execute_never_runs_the_same_subhandler_twice_per_invocation():
         subhandling.subhandling_context.reset(token)
 
     assert ran == ['p/a', 'p/b']
+
+
+async def test_this_is_kopfs_earlier_name_of_the_subhandler_decorator():
+    async def run(children, lifecycle):
+        pass
+
+    context = subhandling.SubhandlingContext(parent_id='parent', run=run)
+    token = subhandling.subhandling_context.set(context)
+    try:
+        @kopf.on.this(id='child')
+        def child(**_):
+            pass
+    finally:
+        subhandling.subhandling_context.reset(token)
+
+    assert [h.id for h in context.registry] == ['parent/child']
+    assert kopf.on.this is kopf.on.subhandler is kopf.subhandler
+
+
+def test_decorator_type_names_describe_the_decorators():
+    handler_decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+    assert kopf.on.ActivityDecorator == handler_decorator
+    assert kopf.on.ChangingDecorator == handler_decorator
+    assert kopf.on.WatchingDecorator == handler_decorator

@@ -10,6 +10,7 @@ can count calls across operator restarts.
 * ``E2E_SECOND_FAILS``: how many times the 2nd create handler raises TemporaryError.
 * ``E2E_SECOND_DELAY``: its retry delay in seconds.
 * ``E2E_STORE``: the JSON file of the ``file`` storage (progress outside the object).
+* ``E2E_POST_LOGGERS``: ``1`` to post the per-object log messages as Events too.
 """
 import asyncio
 import json
@@ -75,6 +76,7 @@ def configure(config, settings, **_):
     config.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=PREFIX)
     config.persistence.finalizer = f'{PREFIX}/finalizer'
     config.watching.server_timeout = 10
+    config.posting.loggers = os.environ.get('E2E_POST_LOGGERS') == '1'
 
 
 @kopf.on.create(RESOURCE)

@@ -2,8 +2,7 @@ import io
 import json
 import logging
 
-import pytest
-
+import kopf
 from kopf.engines import loggers
 
 BODY = {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': 'n', 'namespace': 'ns', 'uid': 'u'}}
@@ -45,6 +44,30 @@ def test_json_formatter_emits_one_object_per_line():
     assert data['object']['name'] == 'n'
 
 
-def test_configure_rejects_unknown_formats():
-    with pytest.raises(ValueError, match='plain, full, json'):
-        loggers.configure(log_format='fancy')
+def test_json_formatter_puts_the_reference_under_the_refkey():
+    log, stream = capture(loggers.JsonFormatter(refkey='k8s'))
+    loggers.ObjectLogger(body=BODY, logger=log).info("hi")
+    data = json.loads(stream.getvalue())
+    assert data['k8s']['name'] == 'n'
+    assert 'object' not in data
+
+
+def test_local_object_logger_marks_its_records_as_not_for_posting():
+    log, stream = capture(loggers.ObjectFormatter('%(message)s'))
+    records = []
+    log.addFilter(lambda r: records.append(r) or True)
+    loggers.LocalObjectLogger(body=BODY, logger=log).info("local only")
+    loggers.ObjectLogger(body=BODY, logger=log).info("postable")
+    assert [getattr(r, 'k8s_skip', False) for r in records] == [True, False]
+    assert stream.getvalue() == '[ns/n] local only\n[ns/n] postable\n'
+
+
+def test_object_logger_carries_its_own_settings_when_given():
+    settings = kopf.OperatorSettings()
+    records = []
+    log, _ = capture(logging.Formatter('%(message)s'))
+    log.addFilter(lambda r: records.append(r) or True)
+    kopf.ObjectLogger(body=BODY, settings=settings, logger=log).info("x")
+    loggers.ObjectLogger(body=BODY, logger=log).info("y")
+    assert records[0].k8s_settings is settings
+    assert not hasattr(records[1], 'k8s_settings')

@@ -2,8 +2,12 @@ import asyncio
 import contextvars
 import logging
 
+import pytest
+
+import kopf
+from kopf.config import PostingConfig
 from kopf.engines import posting
-from kopf.engines.loggers import ObjectLogger
+from kopf.engines.loggers import LocalObjectLogger, ObjectLogger
 
 BODY = {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': 'n', 'namespace': 'ns', 'uid': 'u'}}
 
@@ -12,6 +16,7 @@ def bind_queue():
     queue = asyncio.Queue()
     posting.event_queue_var.set(queue)
     posting.event_loop_var.set(asyncio.get_running_loop())
+    posting.event_settings_var.set(PostingConfig())
     return queue
 
 
@@ -51,33 +56,90 @@ def test_without_an_operator_events_are_not_lost_silently(caplog):
     assert 'not posted' in caplog.text
 
 
-async def test_log_records_at_or_above_the_level_become_events():
-    queue = bind_queue()
-    handler = posting.PostingHandler(enabled=lambda: True, level=lambda: logging.INFO)
-    log = logging.getLogger('test.posting')
+def posting_logger(name, settings):
+    handler = posting.PostingHandler(settings=lambda: settings)
+    log = logging.getLogger(name)
     log.addHandler(handler)
     log.setLevel(logging.DEBUG)
+    return log, handler
+
+
+async def test_log_messages_are_not_posted_by_default_as_in_kopf():
+    queue = bind_queue()
+    log, handler = posting_logger('test.posting.default', PostingConfig())
+    try:
+        ObjectLogger(body=BODY, logger=log).error("failed")
+        ObjectLogger(body=BODY, logger=log).info("handled")
+    finally:
+        log.removeHandler(handler)
+    assert queue.empty()
+
+
+async def test_log_records_at_or_above_the_level_become_events_when_loggers_are_posted():
+    queue = bind_queue()
+    log, handler = posting_logger('test.posting.loggers', PostingConfig(loggers=True))
     try:
         obj_logger = ObjectLogger(body=BODY, logger=log)
         obj_logger.debug("too low")
         obj_logger.info("handled")
         obj_logger.error("failed")
         log.error("not about an object")
+        LocalObjectLogger(body=BODY, logger=log).error("local only")
     finally:
         log.removeHandler(handler)
     events = [queue.get_nowait() for _ in range(queue.qsize())]
-    assert [(e.type, e.message) for e in events] == [('Normal', 'handled'), ('Warning', 'failed')]
+    assert [(e.type, e.reason, e.message) for e in events] == [
+        ('Normal', 'Logging', 'handled'), ('Warning', 'Logging', 'failed')]
 
 
 async def test_disabled_posting_queues_nothing():
     queue = bind_queue()
-    handler = posting.PostingHandler(enabled=lambda: False, level=lambda: logging.DEBUG)
-    log = logging.getLogger('test.posting.disabled')
-    log.addHandler(handler)
+    log, handler = posting_logger('test.posting.disabled', PostingConfig(enabled=False, loggers=True))
     try:
         ObjectLogger(body=BODY, logger=log).error("failed")
     finally:
         log.removeHandler(handler)
+    assert queue.empty()
+
+
+async def test_an_object_loggers_own_settings_win_over_the_operators():
+    queue = bind_queue()
+    own = kopf.OperatorSettings()
+    own.posting.loggers = True
+    log, handler = posting_logger('test.posting.own', PostingConfig())
+    try:
+        kopf.ObjectLogger(body=BODY, settings=own, logger=log).warning("mine")
+        kopf.ObjectLogger(body=BODY, logger=log).warning("operator's")
+    finally:
+        log.removeHandler(handler)
+    assert [queue.get_nowait().message for _ in range(queue.qsize())] == ['mine']
+
+
+@pytest.mark.parametrize('level, expected', [
+    (logging.DEBUG, ['info', 'warn', 'error', 'event']),
+    (logging.INFO, ['info', 'warn', 'error', 'event']),
+    (logging.WARNING, ['warn', 'error', 'event']),
+    (logging.CRITICAL, ['event']),
+])
+async def test_explicit_events_follow_the_posting_level_except_kopf_event(level, expected):
+    queue = bind_queue()
+    posting.event_settings_var.set(PostingConfig(level=level))
+    posting.info(BODY, reason='r', message='info')
+    posting.warn(BODY, reason='r', message='warn')
+    try:
+        raise ValueError('x')
+    except ValueError:
+        posting.exception(BODY, reason='r', message='error')
+    posting.event(BODY, type='Custom', reason='r', message='event')
+    messages = [queue.get_nowait().message for _ in range(queue.qsize())]
+    assert [m.split(' ')[0] for m in messages] == expected
+
+
+async def test_explicit_events_are_not_posted_when_posting_is_disabled():
+    queue = bind_queue()
+    posting.event_settings_var.set(PostingConfig(enabled=False))
+    posting.event(BODY, type='Custom', reason='r', message='event')
+    posting.warn(BODY, reason='r', message='warn')
     assert queue.empty()
 
 

@@ -1,9 +1,13 @@
+import asyncio
 import concurrent.futures
 import contextvars
 import functools
 import threading
 
-from kopf.reactor.invocation import body_kwargs, invoke, is_async
+import pytest
+
+import kopf
+from kopf.reactor.invocation import Stopwatch, body_kwargs, invoke, is_async
 from kopf.structs.bodies import Body
 
 var: contextvars.ContextVar[str] = contextvars.ContextVar('var')
@@ -87,3 +91,71 @@ def test_body_kwargs():
     assert (kwargs['name'], kwargs['namespace'], kwargs['uid']) == ('n', 'ns', 'u')
     assert kwargs['labels'] == {'l': '1'}
     assert kwargs['annotations'] == {'a': '2'}
+
+
+@pytest.mark.parametrize('sync', [True, False], ids=['sync', 'async'])
+async def test_the_object_is_the_default_owner_only_during_the_call(sync):
+    body = Body({'metadata': {'name': 'owner', 'uid': 'u'}})
+    children = []
+
+    def adopt_child(**_):
+        child = {'metadata': {}}
+        kopf.adopt(child)
+        children.append(child)
+
+    async def adopt_child_async(**_):
+        adopt_child()
+
+    await invoke(adopt_child if sync else adopt_child_async, kwargs={'body': body})
+
+    assert children[0]['metadata']['ownerReferences'][0]['name'] == 'owner'
+    with pytest.raises(LookupError, match='owner'):
+        kopf.adopt({'metadata': {}})  # the caller's context does not keep the object
+
+
+class FakeMonotonic:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+async def test_the_stopwatch_counts_only_the_functions_own_time():
+    clock = FakeMonotonic()
+    release = threading.Event()
+
+    def blocker():
+        release.wait(5)
+        clock.now += 10  # the time spent waiting for the only thread
+
+    def fn(**_):
+        clock.now += 2
+
+    stopwatch = Stopwatch(clock)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as executor:
+        blocked = asyncio.get_running_loop().run_in_executor(executor, blocker)
+        call = asyncio.create_task(invoke(fn, kwargs={}, executor=executor, stopwatch=stopwatch))
+        await asyncio.sleep(0.05)
+        release.set()
+        await blocked
+        await call
+
+    assert stopwatch.elapsed == 2
+
+
+async def test_the_stopwatch_counts_async_functions_and_can_be_paused():
+    clock = FakeMonotonic()
+    stopwatch = Stopwatch(clock)
+
+    async def fn(**_):
+        clock.now += 1
+        assert stopwatch.stop()
+        clock.now += 100  # e.g. sub-handlers, which count themselves
+        stopwatch.start()
+        clock.now += 1
+
+    await invoke(fn, kwargs={}, stopwatch=stopwatch)
+
+    assert stopwatch.elapsed == 2
+    assert not stopwatch.stop()  # stopped after the call

@@ -3,7 +3,7 @@ import dataclasses
 import pytest
 
 from kopf.reactor import lifecycles
-from kopf.storage.states import HandlerState, State
+from kopf.reactor.progression import HandlerState, State
 from kopf.structs.ids import HandlerId
 
 

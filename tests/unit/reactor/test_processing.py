@@ -4,15 +4,19 @@ Processing: sending the handling's patch, and never losing it on API failures.
 The API server is an ``aresponses`` mock; the handling itself is replaced by
 a fixed result where only the sending matters.
 """
+import asyncio
+import gc
 import json
 import logging
+import weakref
 
 import pytest
 from aiohttp import web
 
+import kopf
 from kopf.config import OperatorConfig
-from kopf.reactor import handling, processing
-from kopf.reactor.handling import HandlingResult
+from kopf.reactor import cycle, processing
+from kopf.reactor.cycle import HandlingResult
 from kopf.reactor.registries import OperatorRegistry
 from kopf.storage.progress import ProgressStorage
 from kopf.structs.bodies import Body
@@ -41,10 +45,11 @@ def watch(context):
 @pytest.fixture()
 def result(monkeypatch):
     """Make the handling produce the given patch and delay."""
-    def set_result(patch, delay=None):
+    def set_result(patch, delay=None, essential=None, extras=()):
         async def fake_handle_object(**_):
-            return HandlingResult(patch=Patch(patch), delay=delay, cause='create', done=delay is None)
-        monkeypatch.setattr(handling, 'handle_object', fake_handle_object)
+            return HandlingResult(patch=Patch(patch), delay=delay, cause='create', done=delay is None,
+                                  essential=Patch(essential) if essential is not None else None, extras=extras)
+        monkeypatch.setattr(cycle, 'handle_object', fake_handle_object)
     monkeypatch.setattr(processing, 'PATCH_PAUSE', 0)
     return set_result
 
@@ -119,13 +124,71 @@ async def test_a_rejected_patch_is_reported_and_retried_later(aresponses, host, 
     assert 'invalid annotation key' in caplog.text
 
 
+def invalid(message):
+    return json.dumps({'kind': 'Status', 'code': 422, 'reason': 'Invalid', 'message': message})
+
+
+PROGRESS = {'metadata': {'annotations': {'kopf.zalando.org/fn': '{"success":true}'}}}
+COMBINED = {**PROGRESS, 'status': {'fn': 'not-an-integer'}}
+
+
+async def test_a_rejected_result_is_reported_once_and_the_progress_is_sent_alone(
+        aresponses, host, watch, result, caplog):
+    sent = []
+    result(COMBINED, delay=2, essential=PROGRESS, extras=('status.fn',))
+    aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=422, text=invalid('status.fn: must be integer')))
+    aresponses.add(host, PATH, 'PATCH', patched(sent, '5'))
+    with caplog.at_level(logging.ERROR):
+        outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
+    assert sent == [PROGRESS]
+    assert outcome.resource_version == '5'
+    assert outcome.delay == 2  # the handling goes on as planned: the progress has landed
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1
+    assert 'status.fn: must be integer' in errors[0] and 'Not stored: status.fn' in errors[0]
+
+
+async def test_a_rejected_essential_part_is_retried_later(aresponses, host, watch, result, caplog):
+    result(COMBINED, essential=PROGRESS, extras=('status.fn',))
+    aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=422, text=invalid('bad result')))
+    aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=422, text=invalid('annotations too long')))
+    with caplog.at_level(logging.ERROR):
+        outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
+    assert outcome.delay == processing.REJECTED_PATCH_DELAY
+    assert outcome.resource_version is None
+    assert 'annotations too long' in caplog.text
+
+
+async def test_a_rejected_patch_without_progress_is_only_reported(aresponses, host, watch, result, caplog):
+    result({'metadata': {'labels': {'x': '!'}}}, essential={}, extras=('metadata.labels.x',))
+    aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=422, text=invalid('bad label')))
+    with caplog.at_level(logging.ERROR):
+        outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
+    assert outcome.delay is None
+    assert 'bad label' in caplog.text and 'metadata.labels.x' in caplog.text
+
+
+async def test_after_a_conflict_the_essential_part_is_rebased_too(aresponses, host, watch, result):
+    sent = []
+    essential = {'metadata': {'finalizers': [OURS], 'resourceVersion': '1'}}
+    result({**essential, 'status': {'fn': 'x'}}, essential=essential, extras=('status.fn',))
+    aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=409, text=json.dumps(
+        {'kind': 'Status', 'code': 409, 'reason': 'Conflict', 'message': 'modified'})))
+    aresponses.add(host, PATH, 'GET', web.json_response(raw('7', finalizers=['foreign/fin'])))
+    aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=422, text=invalid('bad result')))
+    aresponses.add(host, PATH, 'PATCH', patched(sent, '8'))
+    outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
+    assert sent == [{'metadata': {'finalizers': ['foreign/fin', OURS], 'resourceVersion': '7'}}]
+    assert outcome.resource_version == '8'
+
+
 async def test_a_wake_up_touches_the_object_instead_of_handling(aresponses, host, watch, monkeypatch):
     sent = []
 
     async def must_not_handle(**_):
         raise AssertionError("handled instead of touched")
 
-    monkeypatch.setattr(handling, 'handle_object', must_not_handle)
+    monkeypatch.setattr(cycle, 'handle_object', must_not_handle)
     aresponses.add(host, PATH, 'PATCH', patched(sent, '3'))
     outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, True)
     assert list(sent[0]['metadata']['annotations']) == ['kopf.zalando.org/touch-dummy']
@@ -146,7 +209,7 @@ async def test_a_wake_up_without_a_touch_marker_handles_directly(watch, monkeypa
         handled.append(kwargs['body'])
         return HandlingResult(patch=Patch(), delay=None, cause='create', done=True)
 
-    monkeypatch.setattr(handling, 'handle_object', fake_handle_object)
+    monkeypatch.setattr(cycle, 'handle_object', fake_handle_object)
     await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, True)
     assert len(handled) == 1
 
@@ -158,7 +221,7 @@ async def test_first_sight_is_reported_once_per_object(watch, monkeypatch):
         firsts.append(kwargs['first_seen'])
         return HandlingResult(patch=Patch(), delay=None, cause='noop', done=True)
 
-    monkeypatch.setattr(handling, 'handle_object', fake_handle_object)
+    monkeypatch.setattr(cycle, 'handle_object', fake_handle_object)
     for _ in range(2):
         await processing.process_event(watch, {'type': None, 'object': raw()}, False)
     assert firsts == [True, False]
@@ -169,3 +232,27 @@ def test_rebase_keeps_a_removal_of_our_finalizer():
     rebased = processing.rebase(Patch({'metadata': {'finalizers': [], 'resourceVersion': '1'}}), fresh,
                                 finalizer=OURS)
     assert rebased == {'metadata': {'finalizers': ['foreign/new'], 'resourceVersion': '9'}}
+
+
+async def test_nothing_of_a_processed_event_is_kept(aresponses, host, watch):
+    refs = []
+
+    def create_fn(body, patch, logger, **_):
+        refs.extend([weakref.ref(body), weakref.ref(patch), weakref.ref(logger)])
+        return 'done'
+    kopf.on.create('kopfexamples', id='create_fn', registry=watch.registry)(create_fn)
+    sent = []
+    aresponses.add(host, PATH, 'PATCH', patched(sent, '2'))
+    aresponses.add(host, f'{PATH}/status', 'PATCH', patched(sent, '3'))
+
+    outcome = await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
+
+    assert outcome.resource_version == '3'
+    assert sent[-1] == {'status': {'create_fn': 'done'}}
+    assert len(refs) == 3
+    for _ in range(100):  # the executor's thread lets go of its last call a moment after the result
+        gc.collect()
+        if all(ref() is None for ref in refs):
+            break
+        await asyncio.sleep(0.01)
+    assert [ref() for ref in refs] == [None, None, None]

@@ -1,10 +1,14 @@
-"""The operator's start: login and resource resolution (the rest is proven end-to-end)."""
+"""The operator's start: login, resource resolution, probes, tasks (the rest is proven end-to-end)."""
+import asyncio
+import socket
+
 import pytest
 
 import kopf
 from kopf.config import OperatorConfig
 from kopf.reactor import running
 from kopf.reactor.registries import OperatorRegistry
+from kopf.structs.resources import Resource, Selector
 
 
 async def test_login_handlers_provide_the_credentials():
@@ -66,3 +70,136 @@ async def test_startup_handlers_configure_persistence_before_it_freezes(monkeypa
     assert config.persistence.progress_storage is storage
     config.persistence.progress_storage = kopf.StatusProgressStorage()  # after startup: ignored
     assert config.persistence.progress_storage is storage
+
+
+# --- kopf.run_tasks ----------------------------------------------------------------------------
+
+async def test_run_tasks_ends_all_tasks_when_the_first_one_ends():
+    async def quick():
+        return 'done'
+
+    slow = asyncio.create_task(asyncio.sleep(10))
+    await kopf.run_tasks([asyncio.create_task(quick()), slow])
+    assert slow.cancelled()
+
+
+async def test_run_tasks_reraises_the_first_failure_after_ending_the_others():
+    async def failing():
+        raise ValueError('boom')
+
+    slow = asyncio.create_task(asyncio.sleep(10))
+    with pytest.raises(ValueError, match='boom'):
+        await kopf.run_tasks([asyncio.create_task(failing()), slow])
+    assert slow.cancelled()
+
+
+async def test_run_tasks_cancelled_cancels_its_tasks():
+    slow = asyncio.create_task(asyncio.sleep(10))
+    runner = asyncio.create_task(kopf.run_tasks([slow]))
+    await asyncio.sleep(0.01)
+    runner.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await runner
+    assert slow.cancelled()
+
+
+async def test_run_tasks_leaves_ignored_tasks_alone():
+    other = asyncio.create_task(asyncio.sleep(10))
+    quick = asyncio.create_task(asyncio.sleep(0))
+    await kopf.run_tasks([quick, other], ignored=[other])
+    assert not other.done()
+    other.cancel()
+
+
+async def test_run_tasks_accepts_kopfs_documented_return_when():
+    await kopf.run_tasks([asyncio.create_task(asyncio.sleep(0))], return_when=asyncio.FIRST_COMPLETED)
+
+
+# --- settings= and namespace= as in Kopf --------------------------------------------------------
+
+async def test_settings_is_kopfs_name_of_config(monkeypatch):
+    seen = {}
+
+    async def serve(**kwargs):
+        seen.update(kwargs)
+
+    monkeypatch.setattr(running, '_serve', serve)
+    settings = kopf.OperatorSettings()
+    await kopf.operator(settings=settings, namespace='ns1', namespaces=['ns2'])
+    assert seen['config'] is settings
+    assert seen['namespaces'] == ('ns2', 'ns1')
+    assert seen['clusterwide'] is False
+
+
+async def test_settings_and_a_different_config_are_refused():
+    with pytest.raises(TypeError, match='not both'):
+        await kopf.spawn_tasks(settings=kopf.OperatorSettings(), config=kopf.OperatorSettings())
+
+
+# --- probes ------------------------------------------------------------------------------------
+
+async def test_a_liveness_port_in_use_stops_the_operator_before_anything_runs():
+    registry = OperatorRegistry()
+    started = []
+
+    @kopf.on.startup(registry=registry)
+    def startup(**_):
+        started.append(1)
+
+    with socket.socket() as busy:
+        busy.bind(('127.0.0.1', 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(running.OperatorError, match=f'liveness endpoint http://127.0.0.1:{port}/healthz'):
+            await kopf.operator(registry=registry, liveness_endpoint=f'http://127.0.0.1:{port}/healthz',
+                                stop_flag=asyncio.Event())
+    assert started == []
+
+
+# --- kopf.EVERYTHING ---------------------------------------------------------------------------
+
+PODS = Resource('', 'v1', 'pods', 'Pod', True)
+KEX = Resource('kopf.dev', 'v1', 'kopfexamples', 'KopfExample', True)
+KEX_OLD = Resource('kopf.dev', 'v1beta1', 'kopfexamples', 'KopfExample', True)
+CMS = Resource('', 'v1', 'configmaps', 'ConfigMap', True)
+
+
+async def test_everything_adds_every_other_served_resource_once(monkeypatch):
+    async def resolve(*, context, selector):
+        return {'kopfexamples': KEX_OLD}[selector.name]
+
+    async def scan(*, context):
+        return [PODS, KEX, CMS]
+
+    monkeypatch.setattr(running.discovery, 'resolve', resolve)
+    monkeypatch.setattr(running.discovery, 'scan', scan)
+    explicit = Selector(name='kopfexamples')
+    resolved = await running._resolve(None, [explicit, Selector(everything=True)])
+    assert resolved == {
+        explicit: KEX_OLD,  # named explicitly: in its own version, and not watched again
+        Selector(group='', version='v1', plural='pods'): PODS,
+        Selector(group='', version='v1', plural='configmaps'): CMS,
+    }
+
+
+async def test_without_everything_nothing_is_scanned(monkeypatch):
+    async def scan(*, context):
+        raise AssertionError("must not scan")
+
+    async def resolve(*, context, selector):
+        return PODS
+
+    monkeypatch.setattr(running.discovery, 'resolve', resolve)
+    monkeypatch.setattr(running.discovery, 'scan', scan)
+    assert await running._resolve(None, [Selector(name='pods')]) == {Selector(name='pods'): PODS}
+
+
+def test_handlers_of_everything_serve_every_watched_resource():
+    registry = OperatorRegistry()
+    kopf.on.event(kopf.EVERYTHING, labels={'app': 'demo'}, registry=registry)(everything_fn := lambda **_: None)
+    kopf.on.event('pods', registry=registry)(pods_fn := lambda **_: None)
+    by_name = Selector(name='pods')
+    scanned = Selector(group='', version='v1', plural='configmaps')
+    assert [h.fn for h in registry.get_watching_handlers(by_name)] == [everything_fn, pods_fn]
+    assert [h.fn for h in registry.get_watching_handlers(scanned)] == [everything_fn]
+    assert [h.fn for h in registry.get_watching_handlers(CMS)] == [everything_fn]

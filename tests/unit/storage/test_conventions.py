@@ -86,3 +86,72 @@ def test_invalid_names_are_explained():
 def test_split_key():
     assert conventions.split_key('a.b/c') == ('a.b', 'c')
     assert conventions.split_key('c') == (None, 'c')
+
+
+# Kopf's key forms. Each vector was observed by running the released Kopf (``kopf run``) against a
+# real API server and reading the annotations it wrote: Kopf 0.27.1 writes the "v1" form only;
+# 0.28.3, 1.29.2, 1.36.2 and 1.45.2 write the "v2" form and the "v1" form side by side.
+LONG = 'a-very-long-handler-id-that-goes-well-beyond-sixty-three-characters-in-total'
+LONG_CHILD = 'parent/child-with-a-rather-long-name-to-push-the-full-id-over-the-limit'
+KOPF_VECTORS = [
+    # (prefix, handler id, v2 key (0.28+), v1 key (0.27+))
+    ('kopf.zalando.org', 'plain', 'kopf.zalando.org/plain', 'kopf.zalando.org/plain'),
+    ('kopf.zalando.org', 'parent/child1', 'kopf.zalando.org/parent.child1', 'kopf.zalando.org/parent.child1'),
+    ('kopf.zalando.org', 'fieldfn/spec.field',
+     'kopf.zalando.org/fieldfn.spec.field', 'kopf.zalando.org/fieldfn.spec.field'),
+    ('kopf.zalando.org', LONG,
+     'kopf.zalando.org/a-very-long-handler-id-that-goes-well-beyond-sixty-three-whspPA',
+     'kopf.zalando.org/a-very-long-handler-id-that-goes-well-b-whspPA'),
+    ('kopf.zalando.org', 'mid-length-handler-id-between-47-and-63-chars-x',
+     'kopf.zalando.org/mid-length-handler-id-between-47-and-63-chars-x',
+     'kopf.zalando.org/mid-length-handler-id-between-47-and-63-jHXAkg'),
+    # The hash's "+" and "/" become "-" and ".":
+    ('kopf.zalando.org', 'long-handler-id-number-011-which-is-longer-than-sixty-three-characters',
+     'kopf.zalando.org/long-handler-id-number-011-which-is-longer-than-sixty-th--LboRw',
+     'kopf.zalando.org/long-handler-id-number-011-which-is-lon--LboRw'),
+    ('kopf.zalando.org', 'long-handler-id-number-014-which-is-longer-than-sixty-three-characters',
+     'kopf.zalando.org/long-handler-id-number-014-which-is-longer-than-sixty-th-En.bEA',
+     'kopf.zalando.org/long-handler-id-number-014-which-is-lon-En.bEA'),
+    ('kopf.zalando.org', 'a' * 55 + '.' + 'b' * 20,
+     'kopf.zalando.org/' + 'a' * 55 + '.-GT8A7A', 'kopf.zalando.org/' + 'a' * 39 + '-GT8A7A'),
+    # v2 hashes the id as it is, v1 the dotted id:
+    ('kopf.zalando.org', LONG_CHILD,
+     'kopf.zalando.org/parent.child-with-a-rather-long-name-to-push-the-full-id-boDF-w',
+     'kopf.zalando.org/parent.child-with-a-rather-long-name-to-3cWIFA'),
+    # v1 depends on the prefix's length, v2 does not:
+    ('my-operator.example.com', LONG,
+     'my-operator.example.com/a-very-long-handler-id-that-goes-well-beyond-sixty-three-whspPA',
+     'my-operator.example.com/a-very-long-handler-id-that-goes-whspPA'),
+    ('my-operator.example.com', 'mid-length-handler-id-between-47-and-63-chars-x',
+     'my-operator.example.com/mid-length-handler-id-between-47-and-63-chars-x',
+     'my-operator.example.com/mid-length-handler-id-between-47-jHXAkg'),
+    ('my-operator.example.com', LONG_CHILD,
+     'my-operator.example.com/parent.child-with-a-rather-long-name-to-push-the-full-id-boDF-w',
+     'my-operator.example.com/parent.child-with-a-rather-long--3cWIFA'),
+    # No prefix (accepted by 0.27 and 0.28 only; observed through AnnotationsProgressStorage.store of 0.28.3):
+    (None, 'parent/a-very-long-handler-id-that-goes-well-beyond-sixty-three-characters',
+     'parent.a-very-long-handler-id-that-goes-well-beyond-sixt-A66qCw',
+     'parent.a-very-long-handler-id-that-goes-well-beyond-sixt-LMxEJw'),
+]
+
+
+@pytest.mark.parametrize('prefix, handler_id, v2, v1', KOPF_VECTORS)
+def test_kopf_key_forms_are_those_kopf_writes(prefix, handler_id, v2, v1):
+    assert conventions.join_key(prefix, conventions.kopf_v2_name(handler_id)) == v2
+    assert conventions.join_key(prefix, conventions.kopf_v1_name(prefix, handler_id)) == v1
+    assert set(conventions.kopf_keys(prefix, handler_id)) == {v2, v1}
+
+
+def test_kopf_keys_list_each_key_once():
+    assert conventions.kopf_keys('kopf.zalando.org', 'plain') == ('kopf.zalando.org/plain',)
+
+
+def test_kopf_keys_skip_forms_the_server_would_have_rejected():
+    # Kopf does not map invalid characters: the server rejected such keys, so no such record exists.
+    assert conventions.kopf_keys('kopf.zalando.org', 'ünïcödé') == ()
+    assert conventions.kopf_keys('kopf.zalando.org', 'with space') == ()
+
+
+def test_unprefixed_keys():
+    assert conventions.make_key(None, 'fn') == 'fn'
+    assert conventions.join_key(None, 'touch-dummy') == 'touch-dummy'

@@ -12,6 +12,7 @@ from kopf.storage.diffbase import (
     MultiDiffBaseStorage,
     StatusDiffBaseStorage,
 )
+from kopf.storage.progress import SmartProgressStorage
 from kopf.structs.bodies import Body
 from kopf.structs.patches import Patch
 
@@ -47,12 +48,25 @@ def test_all_storages_are_exported():
 
 
 def test_essence_keeps_only_what_users_define():
-    essence = AnnotationsDiffBaseStorage().build(body=Body(FULL))
+    essence = SmartProgressStorage().clear(essence=AnnotationsDiffBaseStorage().build(body=Body(FULL)))
     assert essence == {
         'metadata': {'labels': {'app': 'x'}, 'annotations': {'user': 'value'}},
         'spec': {'field': 'value'},
         'data': {'k': 'v'},
     }
+
+
+def test_essence_leaves_progress_bookkeeping_to_the_progress_storage():
+    # Diff-base storages know nothing of progress records: the framework clears them with the progress storage.
+    annotations = AnnotationsDiffBaseStorage().build(body=Body(FULL))['metadata']['annotations']
+    assert annotations == {'user': 'value', 'other.op/fn': '{"started":"2020-01-01T00:00:00"}',
+                           'other.op/touch-dummy': '2020-01-01T00:00:00'}
+
+
+def test_ignored_fields_are_not_part_of_the_essence():
+    storage = AnnotationsDiffBaseStorage(ignored_fields=['spec.field', ('data', 'k')])
+    assert 'field' not in storage.build(body=Body(FULL)).get('spec', {})
+    assert 'data' not in storage.build(body=Body(FULL))
 
 
 def test_essence_without_labels_and_annotations_has_no_metadata():
@@ -101,12 +115,16 @@ def test_annotations_store_nothing_when_unchanged():
 
 
 def test_annotations_custom_prefix_key_and_full_name():
-    assert AnnotationsDiffBaseStorage(prefix='my.op', key='last').key == 'my.op/last'
-    assert AnnotationsDiffBaseStorage(name='my.op/handled').key == 'my.op/handled'
-    with pytest.raises(ValueError, match='prefix/key'):
-        AnnotationsDiffBaseStorage(name='no-prefix')
+    # As in Kopf: .prefix and .key are the parts, .name the whole; name= sets both parts (Kopf 0.27/0.28).
+    storage = AnnotationsDiffBaseStorage(prefix='my.op', key='last')
+    assert (storage.prefix, storage.key, storage.name) == ('my.op', 'last', 'my.op/last')
+    storage = AnnotationsDiffBaseStorage(name='my.op/handled')
+    assert (storage.prefix, storage.key, storage.name) == ('my.op', 'handled', 'my.op/handled')
+    assert AnnotationsDiffBaseStorage(prefix=None).name == 'last-handled-configuration'
     with pytest.raises(ValueError, match='DNS subdomain'):
         AnnotationsDiffBaseStorage(prefix='Bad_Prefix')
+    with pytest.raises(ValueError, match='not a valid annotation name'):
+        AnnotationsDiffBaseStorage(key='-bad-')
 
 
 def test_never_handled_fetches_none():

@@ -158,20 +158,26 @@ def test_annotations_touch_writes_only_when_the_value_differs(raw):
     assert patch == {}
 
 
-def test_annotations_clear_removes_only_our_records_and_marker():
+def test_annotations_clear_removes_records_of_any_prefix_and_our_marker():
     storage = AnnotationsProgressStorage(prefix='my.op')
     essence = {'metadata': {'annotations': {
         'my.op/fn': json.dumps(RECORD),
         'my.op/touch-dummy': 'x',
         'my.op/config': 'user-defined value',
         'other.op/fn': json.dumps(RECORD),
+        'other.op/touch-dummy': 'x',
         'user': 'value',
     }}}
     assert storage.clear(essence=essence) == {'metadata': {'annotations': {
         'my.op/config': 'user-defined value',
-        'other.op/fn': json.dumps(RECORD),
         'user': 'value',
     }}}
+
+
+def test_annotations_clear_removes_a_custom_touch_key():
+    storage = AnnotationsProgressStorage(prefix='my.op', touch_key='poke')
+    essence = {'metadata': {'annotations': {'my.op/poke': '2020-01-01T00:00:00', 'user': 'value'}}}
+    assert storage.clear(essence=essence) == {'metadata': {'annotations': {'user': 'value'}}}
 
 
 def test_annotations_clear_prunes_emptied_metadata():
@@ -308,32 +314,32 @@ class MemoryStorage(ProgressStorage):
         self.flushes += 1
 
 
-async def test_multi_fetches_the_first_non_empty_record(body):
+def test_multi_fetches_the_first_non_empty_record(body):
     first, second = MemoryStorage(), MemoryStorage({FN: SUCCESS})
     multi = MultiProgressStorage([first, second])
-    assert await multi.fetch(key=FN, body=body) == SUCCESS
+    assert multi.fetch(key=FN, body=body) == SUCCESS
     first.records[FN] = RECORD
-    assert await multi.fetch(key=FN, body=body) == RECORD
+    assert multi.fetch(key=FN, body=body) == RECORD
 
 
-async def test_multi_writes_purges_and_flushes_all(body):
+def test_multi_writes_purges_and_flushes_all(body):
     first, second = MemoryStorage(), MemoryStorage()
     multi = MultiProgressStorage([first, second])
-    await multi.store(key=FN, record=RECORD, body=body, patch=Patch())
+    multi.store(key=FN, record=RECORD, body=body, patch=Patch())
     assert first.records == second.records == {FN: RECORD}
-    await multi.flush()
+    multi.flush()
     assert first.flushes == second.flushes == 1
-    await multi.purge(key=FN, body=body, patch=Patch())
+    multi.purge(key=FN, body=body, patch=Patch())
     assert first.records == second.records == {}
 
 
-async def test_multi_touches_and_clears_through_all(body):
+def test_multi_touches_and_clears_through_all(body):
     multi = MultiProgressStorage([AnnotationsProgressStorage(prefix='a.b'), StatusProgressStorage()])
     patch = Patch()
-    await multi.touch(body=body, patch=patch, value='x')
+    multi.touch(body=body, patch=patch, value='x')
     assert patch == {'metadata': {'annotations': {'a.b/touch-dummy': 'x'}}, 'status': {'kopf': {'dummy': 'x'}}}
     essence = {'metadata': {'annotations': {'a.b/touch-dummy': 'x'}}, 'status': {'kopf': {'dummy': 'x'}}}
-    assert await multi.clear(essence=essence) == {}
+    assert multi.clear(essence=essence) == {}
 
 
 def test_multi_rejects_non_storages():

@@ -71,3 +71,29 @@ def test_times_format_as_utc_iso8601():
 ])
 def test_progress_records_are_recognised_in_annotation_values(value, expected):
     assert records.looks_like_record(value) is expected
+
+
+@pytest.mark.parametrize('value', [
+    # As the released Kopf wrote them: 1.45 (aware times, purpose, a parent with subrefs), 0.28 (naive), 0.27 (spaces).
+    '{"started":"2026-11-30T07:37:37.779133+00:00","stopped":"2026-11-30T07:37:37.784942+00:00",'
+    '"purpose":"create","retries":1,"success":true,"failure":false}',
+    '{"started":"2026-11-30T07:37:37.779155+00:00","purpose":"create","retries":1,"success":false,'
+    '"failure":false,"message":"None","subrefs":["parent/child1"]}',
+    '{"started":"2026-11-30T07:38:25.471159","purpose":"create","retries":0,"success":false,"failure":false}',
+    '{"started": "2026-11-30T07:38:26.158655", "retries": 0, "success": false, "failure": false}',
+])
+def test_kopfs_records_are_recognised_and_read(value):
+    assert records.looks_like_record(value)
+    record = records.decode_record(value)
+    assert 'purpose' not in record
+    assert record['started'].startswith('2026-11-30T07:3')
+
+
+@pytest.mark.parametrize('less, more', [
+    ({'retries': 5}, {'retries': 1, 'success': True}),
+    ({'retries': 5}, {'retries': 1, 'failure': True}),
+    ({'retries': 1}, {'retries': 2}),
+    ({}, {'retries': 1}),
+])
+def test_advancement_orders_finished_over_retrying_and_more_attempts_over_fewer(less, more):
+    assert records.advancement(less) < records.advancement(more)

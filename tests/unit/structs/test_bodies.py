@@ -41,6 +41,14 @@ def test_spec_and_status_views():
     assert body.status == {'s': 1}
 
 
+def test_spec_status_and_meta_are_the_public_types_handlers_are_annotated_with():
+    body = Body(RAW)
+    assert isinstance(body.spec, kopf.Spec)
+    assert isinstance(body.status, kopf.Status)
+    assert isinstance(body.metadata, kopf.Meta)
+    assert not isinstance(body.spec, kopf.Status)
+
+
 def test_missing_sections_are_empty():
     body = Body({})
     assert body.spec == {}

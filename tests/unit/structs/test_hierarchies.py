@@ -2,6 +2,7 @@ import contextvars
 
 import pytest
 
+import kopf
 from kopf.structs import hierarchies
 
 OWNER = {'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample',
@@ -48,9 +49,13 @@ def test_owner_defaults_to_the_object_being_handled():
     assert child['metadata']['ownerReferences'][0]['uid'] == 'u-1'
 
 
-def test_without_an_owner_outside_handlers_it_explains():
+@pytest.mark.parametrize('helper', [
+    hierarchies.adopt, hierarchies.append_owner_reference, hierarchies.remove_owner_reference,
+    hierarchies.harmonize_naming, hierarchies.adjust_namespace, hierarchies.label,
+])
+def test_without_an_owner_outside_handlers_it_explains(helper):
     with pytest.raises(LookupError, match='owner='):
-        contextvars.Context().run(hierarchies.adopt, {})
+        contextvars.Context().run(helper, {})
 
 
 def test_label_respects_existing_values_unless_forced():
@@ -59,3 +64,132 @@ def test_label_respects_existing_values_unless_forced():
     assert obj['metadata']['labels'] == {'a': '1', 'b': '2'}
     hierarchies.label(obj, {'a': '3'}, forced=True)
     assert obj['metadata']['labels']['a'] == '3'
+
+
+def test_label_defaults_to_the_labels_of_the_object_being_handled():
+    def inside_a_handler():
+        hierarchies.owner_var.set(OWNER)
+        obj = {}
+        hierarchies.label(obj)
+        return obj
+
+    assert contextvars.copy_context().run(inside_a_handler)['metadata']['labels'] == {'app': 'demo'}
+
+
+def test_label_older_spelling_force_still_forces():
+    obj = {'metadata': {'labels': {'a': '1'}}}
+    hierarchies.label(obj, {'a': '2'}, force=True)
+    assert obj['metadata']['labels'] == {'a': '2'}
+
+
+def test_label_nested_objects_only_where_they_exist():
+    job = {'spec': {'template': {}}}
+    bare = {}
+    hierarchies.label([job, bare], {'x': '1'}, nested='spec.template')
+    assert job['spec']['template']['metadata']['labels'] == {'x': '1'}
+    assert bare == {'metadata': {'labels': {'x': '1'}}}
+
+
+def test_build_object_reference():
+    assert hierarchies.build_object_reference(OWNER) == {
+        'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample', 'name': 'parent', 'uid': 'u-1', 'namespace': 'ns'}
+    cluster_scoped = {'apiVersion': 'v1', 'kind': 'Namespace', 'metadata': {'name': 'n', 'uid': 'u'}}
+    assert 'namespace' not in hierarchies.build_object_reference(cluster_scoped)
+
+
+def test_build_owner_reference_leaves_unset_flags_out():
+    assert hierarchies.build_owner_reference(OWNER) == {
+        'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample', 'name': 'parent', 'uid': 'u-1',
+        'controller': True, 'blockOwnerDeletion': True}
+    ref = hierarchies.build_owner_reference(OWNER, controller=False, block_owner_deletion=None)
+    assert ref['controller'] is False
+    assert 'blockOwnerDeletion' not in ref
+
+
+def test_remove_owner_reference_keeps_other_owners():
+    other = {'apiVersion': 'v1', 'kind': 'X', 'name': 'x', 'uid': 'u-2'}
+    child = {'metadata': {'ownerReferences': [hierarchies.build_owner_reference(OWNER), other]}}
+    hierarchies.remove_owner_reference(child, OWNER)
+    assert child['metadata']['ownerReferences'] == [other]
+    unowned = {'metadata': {}}
+    hierarchies.remove_owner_reference(unowned, OWNER)
+    assert unowned == {'metadata': {}}
+
+
+@pytest.mark.parametrize('meta, kwargs, expected', [
+    ({}, {}, {'generateName': 'parent-'}),
+    ({}, {'strict': True}, {'name': 'parent'}),
+    ({'name': 'mine'}, {}, {'name': 'mine'}),
+    ({'generateName': 'mine-'}, {'strict': True}, {'generateName': 'mine-'}),
+    ({'name': 'mine'}, {'forced': True}, {'generateName': 'parent-'}),
+    ({'generateName': 'mine-'}, {'forced': True, 'strict': True}, {'name': 'parent'}),
+])
+def test_harmonize_naming(meta, kwargs, expected):
+    obj = {'metadata': dict(meta)}
+    hierarchies.harmonize_naming(obj, 'parent', **kwargs)
+    assert obj['metadata'] == expected
+
+
+def test_harmonize_naming_needs_a_name():
+    with pytest.raises(LookupError, match='name'):
+        hierarchies.harmonize_naming({}, None)
+
+
+@pytest.mark.parametrize('meta, namespace, forced, expected', [
+    ({}, 'ns', False, {'namespace': 'ns'}),
+    ({'namespace': 'mine'}, 'ns', False, {'namespace': 'mine'}),
+    ({'namespace': 'mine'}, 'ns', True, {'namespace': 'ns'}),
+    ({}, None, False, {}),
+    ({'namespace': 'mine'}, None, False, {'namespace': 'mine'}),
+    ({'namespace': 'mine'}, None, True, {}),
+])
+def test_adjust_namespace(meta, namespace, forced, expected):
+    obj = {'metadata': dict(meta)}
+    hierarchies.adjust_namespace(obj, namespace, forced=forced)
+    assert obj['metadata'] == expected
+
+
+def test_adopt_forced_replaces_what_the_child_has():
+    child = {'metadata': {'name': 'c', 'namespace': 'other', 'labels': {'app': 'mine'}}}
+    hierarchies.adopt(child, OWNER, forced=True)
+    assert child['metadata']['generateName'] == 'parent-'
+    assert 'name' not in child['metadata']
+    assert child['metadata']['namespace'] == 'ns'
+    assert child['metadata']['labels'] == {'app': 'demo'}
+
+
+def test_adopt_strict_names_the_child_exactly_like_its_owner():
+    child = {}
+    hierarchies.adopt(child, OWNER, strict=True)
+    assert child['metadata']['name'] == 'parent'
+
+
+def test_adopt_of_a_cluster_scoped_owner_adds_no_namespace():
+    child = {}
+    hierarchies.adopt(child, {'apiVersion': 'v1', 'kind': 'Namespace', 'metadata': {'name': 'n', 'uid': 'u'}})
+    assert 'namespace' not in child['metadata']
+    assert child['metadata']['ownerReferences'][0]['kind'] == 'Namespace'
+
+
+def test_pykube_like_objects_are_modified_in_their_raw_dict():
+    class PykubeLike:
+        def __init__(self):
+            self.obj = {'kind': 'Pod'}
+
+    child = PykubeLike()
+    hierarchies.adopt([child], OWNER)
+    assert child.obj['metadata']['generateName'] == 'parent-'
+
+
+@pytest.mark.parametrize('objs', [42, 'a string', kopf.Body({'metadata': {}}), [{}, 42]])
+def test_unsupported_objects_are_refused_with_the_type(objs):
+    with pytest.raises(TypeError, match='Cannot modify'):
+        hierarchies.adopt(objs, OWNER)
+
+
+def test_helpers_are_public_under_kopf():
+    assert kopf.adopt is hierarchies.adopt
+    assert kopf.build_owner_reference is hierarchies.build_owner_reference
+    assert kopf.remove_owner_reference is hierarchies.remove_owner_reference
+    assert kopf.harmonize_naming is hierarchies.harmonize_naming
+    assert kopf.adjust_namespace is hierarchies.adjust_namespace

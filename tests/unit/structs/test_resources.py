@@ -2,7 +2,7 @@ import dataclasses
 
 import pytest
 
-from kopf.structs.resources import Resource, Selector, build_query
+from kopf.structs.resources import EVERYTHING, Resource, Selector, build_query
 
 SERVER = 'https://k8s.example.com:6443'
 
@@ -176,3 +176,24 @@ def test_selector_matches_the_kind_when_there_is_no_singular():
     assert Selector(name='KopfExample').match_rank(KOPF_EXAMPLES) == 2
     assert Selector(name='kopfexample').match_rank(KOPF_EXAMPLES) == 2
     assert Selector(name='Pod').match_rank(KOPF_EXAMPLES) is None
+
+
+# --- kopf.EVERYTHING ----------------------------------------------------------------------------
+
+def test_everything_is_a_selector_of_its_own():
+    selector = Selector.from_args(EVERYTHING)
+    assert selector == Selector(everything=True)
+    assert str(selector) == 'everything'
+    assert repr(EVERYTHING) == 'kopf.EVERYTHING'
+
+
+@pytest.mark.parametrize('resource', [CORE_PODS, KOPF_EXAMPLES, NAMESPACES, CRDS])
+def test_everything_matches_every_resource(resource):
+    assert Selector(everything=True).match_rank(resource) == 0
+
+
+def test_everything_cannot_be_combined_with_names():
+    with pytest.raises(TypeError, match='EVERYTHING'):
+        Selector.from_args('kopf.dev', EVERYTHING)
+    with pytest.raises(TypeError, match='exactly one'):
+        Selector(everything=True, plural='pods')

@@ -1,47 +1,53 @@
 """
-Handler states: the in-memory view of all handlers' progress for one cause.
+Progression: where each handler of a cause stands, and how an outcome moves it on.
 
-States are immutable: each handling step produces a new state from outcomes,
-and only records that differ from what was loaded are written back, so an
-idle cycle costs no API calls.
+A :class:`HandlerState` is one handler's progress within one cause (started,
+retried, sleeping until a time, succeeded, failed); a :class:`State` is all of
+them by handler id. Both are immutable: each outcome gives a new state, and
+the cycle writes back only the records that differ from what it has read, so
+an idle cycle writes nothing.
+
+Time is read from an injected :class:`Clock`, never from the system directly,
+so that delays, timeouts and ``runtime`` can be checked exactly in tests.
 """
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import time
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Protocol
 
-from kopf.storage import calls, records
-from kopf.storage.progress import ProgressStorage
+from kopf.reactor.execution import HandlerOutcome
+from kopf.storage import records
 from kopf.storage.records import ProgressRecord
-from kopf.structs.bodies import Body
 from kopf.structs.ids import HandlerId
-from kopf.structs.patches import Patch
 
 # Error messages end up in annotations, which are limited per object in total.
 MAX_MESSAGE_LENGTH = 1024
 
 
-def utcnow() -> datetime.datetime:
-    """The current time, timezone-aware; the single clock of this module."""
-    return datetime.datetime.now(datetime.timezone.utc)
+class Clock(Protocol):
+    """The time as the handling cycle sees it."""
+
+    def now(self) -> datetime.datetime:
+        """The current time, timezone-aware (UTC): for what is stored and compared with stored times."""
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back: for measuring durations within one process."""
 
 
-@dataclasses.dataclass(frozen=True)
-class HandlerOutcome:
-    """
-    What one invocation of a handler ended with.
+class SystemClock:
+    """The real clock."""
 
-    A final outcome is a success (no exception) or a permanent failure; a
-    non-final one asks for a retry after ``delay`` seconds.
-    """
+    def now(self) -> datetime.datetime:
+        return datetime.datetime.now(datetime.timezone.utc)
 
-    final: bool
-    delay: float | None = None
-    result: Any = None
-    exception: BaseException | None = None
-    subrefs: frozenset[HandlerId] = frozenset()
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+SYSTEM_CLOCK: Clock = SystemClock()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,19 +65,20 @@ class HandlerState:
     subrefs: frozenset[HandlerId] = frozenset()
     # What was loaded from the storage, to write back only real changes.
     origin: ProgressRecord | None = dataclasses.field(default=None, compare=False, repr=False)
+    clock: Clock = dataclasses.field(default=SYSTEM_CLOCK, compare=False, repr=False)
 
     @classmethod
-    def from_scratch(cls, *, now: datetime.datetime | None = None) -> HandlerState:
-        return cls(started=now or utcnow())
+    def from_scratch(cls, *, clock: Clock = SYSTEM_CLOCK) -> HandlerState:
+        return cls(started=clock.now(), clock=clock)
 
     @classmethod
-    def from_record(cls, record: ProgressRecord, *, now: datetime.datetime | None = None) -> HandlerState:
-        """Restore a state from a (decoded, validated) record."""
+    def from_record(cls, record: ProgressRecord, *, clock: Clock = SYSTEM_CLOCK) -> HandlerState:
+        """Restore a state from a (decoded, validated) record; a record without a start time starts now."""
         started = record.get('started')
         stopped = record.get('stopped')
         delayed = record.get('delayed')
         return cls(
-            started=records.parse_time(started) if started else (now or utcnow()),
+            started=records.parse_time(started) if started else clock.now(),
             stopped=records.parse_time(stopped) if stopped else None,
             delayed=records.parse_time(delayed) if delayed else None,
             retries=record.get('retries') or 0,
@@ -80,6 +87,7 @@ class HandlerState:
             message=record.get('message'),
             subrefs=frozenset(HandlerId(ref) for ref in record.get('subrefs') or ()),
             origin=record,
+            clock=clock,
         )
 
     def as_record(self) -> ProgressRecord:
@@ -109,7 +117,7 @@ class HandlerState:
 
     @property
     def sleeping(self) -> bool:
-        return not self.finished and self.delayed is not None and self.delayed > utcnow()
+        return not self.finished and self.delayed is not None and self.delayed > self.clock.now()
 
     @property
     def awakened(self) -> bool:
@@ -118,10 +126,16 @@ class HandlerState:
     @property
     def runtime(self) -> datetime.timedelta:
         """For how long the handler has been handled, across all retries."""
-        return (self.stopped or utcnow()) - self.started
+        return (self.stopped or self.clock.now()) - self.started
 
-    def with_outcome(self, outcome: HandlerOutcome, *, now: datetime.datetime | None = None) -> HandlerState:
-        now = now or utcnow()
+    def with_outcome(self, outcome: HandlerOutcome) -> HandlerState:
+        """
+        The state after one attempt: a final outcome finishes the handler, any other asks for a retry.
+
+        Every attempt counts, successful or not: ``retries`` is the number of
+        attempts made so far (handlers receive it as ``retry`` on their next one).
+        """
+        now = self.clock.now()
         message = _message(outcome.exception)
         subrefs = self.subrefs | outcome.subrefs
         if outcome.final:
@@ -146,31 +160,32 @@ def _message(exception: BaseException | None) -> str | None:
 class State(Mapping[HandlerId, HandlerState]):
     """The states of all handlers of one cause, by handler id; immutable."""
 
-    def __init__(self, states: Mapping[HandlerId, HandlerState] | None = None) -> None:
-        self._states: dict[HandlerId, HandlerState] = dict(states or {})
-
-    @classmethod
-    def from_scratch(cls) -> State:
-        return cls()
-
-    @classmethod
-    async def from_storage(
-            cls,
+    def __init__(
+            self,
+            states: Mapping[HandlerId, HandlerState] | None = None,
             *,
-            body: Body,
-            storage: ProgressStorage,
-            handler_ids: Iterable[HandlerId],
+            clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self._states: dict[HandlerId, HandlerState] = dict(states or {})
+        self.clock = clock
+
+    @classmethod
+    def from_scratch(cls, *, clock: Clock = SYSTEM_CLOCK) -> State:
+        return cls(clock=clock)
+
+    @classmethod
+    def from_records(
+            cls,
+            records: Mapping[HandlerId, ProgressRecord | None],
+            *,
+            clock: Clock = SYSTEM_CLOCK,
     ) -> State:
-        """Load the stored states of these handlers; unseen ones start fresh now."""
-        now = utcnow()
-        states: dict[HandlerId, HandlerState] = {}
-        for handler_id in handler_ids:
-            record = await calls.call(storage.fetch, key=handler_id, body=body)
-            if record:
-                states[handler_id] = HandlerState.from_record(record, now=now)
-            else:
-                states[handler_id] = HandlerState.from_scratch(now=now)
-        return cls(states)
+        """The states of these handlers as stored; those without a record start fresh now."""
+        return cls({
+            handler_id: (HandlerState.from_record(record, clock=clock) if record else
+                         HandlerState.from_scratch(clock=clock))
+            for handler_id, record in records.items()
+        }, clock=clock)
 
     def __getitem__(self, key: HandlerId) -> HandlerState:
         return self._states[key]
@@ -186,62 +201,25 @@ class State(Mapping[HandlerId, HandlerState]):
 
     def with_handlers(self, handler_ids: Iterable[HandlerId]) -> State:
         """Add fresh states for handlers not yet known (e.g. sub-handlers just registered)."""
-        now = utcnow()
         states = dict(self._states)
         for handler_id in handler_ids:
             if handler_id not in states:
-                states[handler_id] = HandlerState.from_scratch(now=now)
-        return State(states)
+                states[handler_id] = HandlerState.from_scratch(clock=self.clock)
+        return State(states, clock=self.clock)
 
     def with_outcomes(self, outcomes: Mapping[HandlerId, HandlerOutcome]) -> State:
-        now = utcnow()
         unknown = set(outcomes) - set(self._states)
         if unknown:
             raise KeyError(f"Outcomes for handlers without a state: {sorted(unknown)!r}")
         states = dict(self._states)
         for handler_id, outcome in outcomes.items():
-            states[handler_id] = states[handler_id].with_outcome(outcome, now=now)
-        return State(states)
+            states[handler_id] = states[handler_id].with_outcome(outcome)
+        return State(states, clock=self.clock)
 
-    async def store(self, *, body: Body, patch: Patch, storage: ProgressStorage) -> None:
-        """Write the records that changed since loading, then flush the storage."""
-        for handler_id, state in self._states.items():
-            if state.changed:
-                record = state.as_record()
-                await calls.call(storage.store, key=handler_id, record=record, body=body, patch=patch)
-        await calls.call(storage.flush)
-
-    async def purge(
-            self,
-            *,
-            body: Body,
-            patch: Patch,
-            storage: ProgressStorage,
-            handler_ids: Iterable[HandlerId] = (),
-    ) -> None:
-        """
-        Forget the records of all known (and the extra named) handlers, then flush.
-
-        Sub-handlers' records go too, recursively, also those of sub-handlers
-        that are not loaded in this state: their ids are in their parents' records.
-        The storage's touch marker is removed as well.
-        """
-        pending = [*self._states, *handler_ids]
-        purged: set[HandlerId] = set()
-        while pending:
-            handler_id = pending.pop(0)
-            if handler_id in purged:
-                continue
-            purged.add(handler_id)
-            state = self._states.get(handler_id)
-            if state is None:
-                record = await calls.call(storage.fetch, key=handler_id, body=body)
-                state = HandlerState.from_record(record) if record else None
-            pending.extend(state.subrefs if state is not None else ())
-            await calls.call(storage.purge, key=handler_id, body=body, patch=patch)
-        # The wake-up marker has done its job once the cause is handled: leave no litter behind.
-        await calls.call(storage.touch, body=body, patch=patch, value=None)
-        await calls.call(storage.flush)
+    @property
+    def changes(self) -> dict[HandlerId, ProgressRecord]:
+        """The records to write back: those that differ from what was loaded."""
+        return {handler_id: state.as_record() for handler_id, state in self._states.items() if state.changed}
 
     @property
     def done(self) -> bool:
@@ -255,9 +233,14 @@ class State(Mapping[HandlerId, HandlerState]):
 
         Zero if any is due now; ``None`` if all handlers are finished.
         """
-        now = utcnow()
+        now = self.clock.now()
         delays = [
             max(0.0, (state.delayed - now).total_seconds()) if state.delayed else 0.0
             for state in self._states.values() if not state.finished
         ]
         return min(delays) if delays else None
+
+
+def subrefs(record: ProgressRecord | None) -> frozenset[HandlerId]:
+    """The sub-handlers that a stored record says its handler has run."""
+    return frozenset(HandlerId(ref) for ref in (record or {}).get('subrefs') or ())

@@ -1,0 +1,156 @@
+"""
+Handler keyword arguments, built from typed parts and rendered into a dict only at the call.
+
+What a handler receives depends on what it handles: every handler gets the
+operator's ``logger``, ``memo`` and ``config``/``settings``; handlers of
+objects get the object (``body``, ``spec``, ``meta``, ... and ``patch``);
+handlers of a cause get ``reason``, ``old``, ``new``, ``diff``; retried
+handlers get ``retry``, ``started``, ``runtime``; event handlers get
+``type`` and ``event``; activity handlers get ``activity``. Each group is a
+frozen part of :class:`Arguments`, so the cycle passes typed values around
+and nobody mutates a shared dict; :meth:`Arguments.render` makes the dict
+for one call, and the dict is dropped with the call.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+from collections.abc import Mapping
+from typing import Any, Protocol, TypeAlias
+
+from kopf.config import OperatorConfig
+from kopf.reactor import invocation
+from kopf.reactor.causation import Reason
+from kopf.reactor.registries import Activity, BaseHandler, ChangingHandler, ResourceKey
+from kopf.structs import dicts, diffs
+from kopf.structs.bodies import Body
+from kopf.structs.patches import Patch
+
+Logger: TypeAlias = 'logging.Logger | logging.LoggerAdapter[Any]'
+
+
+class Attempts(Protocol):
+    """What a handler is told about its own past attempts (a handler state has all of it)."""
+
+    @property
+    def retries(self) -> int: ...
+
+    @property
+    def started(self) -> datetime.datetime: ...
+
+    @property
+    def runtime(self) -> datetime.timedelta: ...
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OperatorArguments:
+    """What every handler gets."""
+
+    logger: Logger
+    memo: Any
+    config: OperatorConfig
+
+    def render(self) -> dict[str, Any]:
+        return {'logger': self.logger, 'memo': self.memo, 'config': self.config, 'settings': self.config}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ObjectArguments:
+    """The object being handled, and the patch that handlers may write into."""
+
+    body: Body
+    patch: Patch
+    resource: ResourceKey | None = None
+
+    def render(self) -> dict[str, Any]:
+        return {**invocation.body_kwargs(self.body), 'patch': self.patch, 'resource': self.resource}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CauseArguments:
+    """What happened to the object: the essences it is judged by and their diff."""
+
+    reason: Reason
+    old: Any
+    new: Any
+    diff: diffs.Diff
+
+    def for_field(self, field: dicts.FieldPath) -> CauseArguments:
+        """A field handler sees only its field: the old and new values and the diff within it."""
+        return CauseArguments(
+            reason=self.reason,
+            old=dicts.resolve(self.old, field, None),
+            new=dicts.resolve(self.new, field, None),
+            diff=diffs.reduce(self.diff, field),
+        )
+
+    def render(self) -> dict[str, Any]:
+        return {'reason': self.reason, 'old': self.old, 'new': self.new, 'diff': self.diff}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EventArguments:
+    """The watch event as it came: for event handlers."""
+
+    type: str | None
+    raw: Mapping[str, Any]
+
+    def render(self) -> dict[str, Any]:
+        return {'type': self.type, 'event': {'type': self.type, 'object': self.raw}}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AttemptArguments:
+    """Where the handler stands in its retries."""
+
+    retry: int
+    started: datetime.datetime
+    runtime: datetime.timedelta
+
+    @classmethod
+    def of(cls, past: Attempts) -> AttemptArguments:
+        return cls(retry=past.retries, started=past.started, runtime=past.runtime)
+
+    def render(self) -> dict[str, Any]:
+        return {'retry': self.retry, 'started': self.started, 'runtime': self.runtime}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Arguments:
+    """All keyword arguments of one call, in typed parts; only the parts that apply are set."""
+
+    operator: OperatorArguments
+    object: ObjectArguments | None = None
+    cause: CauseArguments | None = None
+    event: EventArguments | None = None
+    attempt: AttemptArguments | None = None
+    activity: Activity | None = None
+    param: Any = None
+
+    def with_cause(self, cause: CauseArguments) -> Arguments:
+        return dataclasses.replace(self, cause=cause)
+
+    def with_event(self, event: EventArguments) -> Arguments:
+        return dataclasses.replace(self, event=event)
+
+    def with_attempt(self, past: Attempts) -> Arguments:
+        return dataclasses.replace(self, attempt=AttemptArguments.of(past))
+
+    def for_handler(self, handler: BaseHandler) -> Arguments:
+        """The handler's own view: its ``param``, and for field handlers, only their field."""
+        cause = self.cause
+        if cause is not None and isinstance(handler, ChangingHandler) and handler.field:
+            cause = cause.for_field(handler.field)
+        return dataclasses.replace(self, cause=cause, param=handler.param)
+
+    def render(self) -> dict[str, Any]:
+        """The keyword arguments for one call."""
+        kwargs = self.operator.render()
+        for part in (self.object, self.cause, self.event, self.attempt):
+            if part is not None:
+                kwargs.update(part.render())
+        if self.activity is not None:
+            kwargs['activity'] = self.activity
+        kwargs['param'] = self.param
+        return kwargs

@@ -1,0 +1,110 @@
+"""
+Selection: which handlers are interested in an object, for a cause or an event.
+
+The handlers of a cause are those declared for it, plus:
+
+* field handlers, on create and update, when their field has changed;
+* resume handlers, on an update while the object is resuming (it changed
+  while the operator was away);
+
+each once (a function that is both an update and a resume handler runs
+once), and only if its filters accept the object: ``labels=``,
+``annotations=``, and ``when=`` (which receives the handler's own keyword
+arguments, e.g. the field's own ``old``/``new``/``diff`` for field handlers).
+
+A filter that raises is reported and counts as "not interested" -- except for
+the finalizer: a failing filter of a delete handler keeps the finalizer,
+because an unneeded finalizer costs less than delete handlers that cannot run.
+"""
+from __future__ import annotations
+
+from kopf.reactor import registries
+from kopf.reactor.arguments import Arguments, CauseArguments, Logger
+from kopf.reactor.causation import Cause, Reason
+from kopf.reactor.registries import ChangingHandler, OperatorRegistry, ResourceHandler, ResourceKey, WatchingHandler
+from kopf.storage.persistence import Essences
+from kopf.structs.bodies import Body
+from kopf.structs.ids import HandlerId
+
+
+def matches(handler: ResourceHandler, *, arguments: Arguments, logger: Logger) -> bool:
+    """Whether the handler's filters accept the object; a failing filter is reported and skips the handler."""
+    try:
+        return registries.matches(handler, body=_body(arguments), kwargs=arguments.for_handler(handler).render())
+    except Exception:
+        logger.exception("The filters of %s have failed; the handler is skipped.", handler)
+        return False
+
+
+def changing_handlers(
+        registry: OperatorRegistry,
+        resource: ResourceKey,
+        cause: Cause,
+        *,
+        arguments: Arguments,
+        logger: Logger,
+) -> list[ChangingHandler]:
+    """The handlers of the cause that are interested in this object, in their registration order."""
+    candidates = registry.get_changing_handlers(resource, cause.reason)
+    if cause.reason in (Reason.CREATE, Reason.UPDATE):
+        candidates += [h for h in registry.get_field_handlers(resource) if _field_changed(h, arguments)]
+    if cause.reason == Reason.UPDATE and cause.resuming:
+        candidates += registry.get_changing_handlers(resource, Reason.RESUME)
+    selected: dict[HandlerId, ChangingHandler] = {}
+    for handler in candidates:
+        if handler.id not in selected and matches(handler, arguments=arguments, logger=logger):
+            selected[handler.id] = handler
+    return list(selected.values())
+
+
+def watching_handlers(
+        registry: OperatorRegistry,
+        resource: ResourceKey,
+        *,
+        arguments: Arguments,
+        logger: Logger,
+) -> list[WatchingHandler]:
+    """The event handlers interested in this object."""
+    return [h for h in registry.get_watching_handlers(resource) if matches(h, arguments=arguments, logger=logger)]
+
+
+def requires_finalizer(
+        registry: OperatorRegistry,
+        resource: ResourceKey,
+        essences: Essences,
+        *,
+        arguments: Arguments,
+        logger: Logger,
+) -> bool:
+    """Whether a (non-optional) delete handler is interested in the object, so that our finalizer must hold it."""
+    cause = CauseArguments(reason=Reason.DELETE, old=essences.old, new=essences.new, diff=essences.diff)
+    try:
+        return any(
+            registries.matches(handler, body=_body(arguments),
+                               kwargs=arguments.with_cause(cause).for_handler(handler).render())
+            for handler in registry.get_changing_handlers(resource, Reason.DELETE)
+            if not handler.optional
+        )
+    except Exception:
+        logger.exception("A filter of the delete handlers has failed; assuming the finalizer is needed.")
+        return True
+
+
+def resume_ids(registry: OperatorRegistry, resource: ResourceKey) -> list[HandlerId]:
+    """The ids of the resume handlers: their stored progress means that resuming is not over."""
+    return [handler.id for handler in registry.get_changing_handlers(resource, Reason.RESUME)]
+
+
+def all_ids(registry: OperatorRegistry, resource: ResourceKey) -> list[HandlerId]:
+    """The ids of all the resource's change handlers: any of them may have progress left over."""
+    return [handler.id for handler in registry.get_all_changing_handlers(resource)]
+
+
+def _body(arguments: Arguments) -> Body:
+    assert arguments.object is not None, "Only handlers of objects have filters."
+    return arguments.object.body
+
+
+def _field_changed(handler: ChangingHandler, arguments: Arguments) -> bool:
+    view = arguments.for_handler(handler).cause
+    return bool(view is not None and view.diff)

@@ -1,0 +1,244 @@
+"""
+The persistence of one handling cycle: one snapshot read, one patch written.
+
+A :class:`Persistence` is made per cycle for one object. It is the cycle's
+only way to the storages, and it keeps these promises:
+
+* **Reads once.** The essences (the last handled and the current one, and
+  their diff) are computed at most once; every progress record is fetched at
+  most once per handler id, however many parts of the cycle ask for it.
+* **Reads nothing where nothing is stored.** The built-in storages that keep
+  progress in the object (annotations, the status, and Smart/Multi storages
+  made of them) can tell from the object alone that it holds no records:
+  then no record is fetched at all, and nothing is purged. So an idle event
+  of an object at rest costs no storage call but the essences. A custom
+  storage that keeps records elsewhere cannot be judged from the object: its
+  records are fetched (once per id) when the cycle needs them.
+* **Writes once, with the object.** For storages that keep progress in the
+  object, stores and purges are collected and applied at :meth:`commit`:
+  per handler id only the last wish counts (a record stored and purged in
+  the same cycle is never written), the storage is flushed once, and
+  everything goes into one patch, :attr:`patch`, which the caller sends.
+  The cycle adds its finalizer changes to the same patch.
+* **Writes early, outside of the object.** A storage that keeps records
+  elsewhere costs no API request per write, and cannot be written together
+  with the object anyway: its records are stored as soon as they are kept
+  (a pending handler's start before it runs, each outcome right after its
+  attempt) and flushed at every :meth:`sync`, so that a crash costs at most
+  the handler that was running. Unchanged records are not stored again.
+  Purges wait for :meth:`commit`, the end of the cycle.
+* Purges are skipped for records known to be absent.
+
+The storages are called only through :func:`kopf.storage.calls.call`, so
+that sync and async storages work alike.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from kopf.storage import calls
+from kopf.storage.diffbase import DiffBaseStorage
+from kopf.storage.progress import (
+    AnnotationsProgressStorage,
+    MultiProgressStorage,
+    ProgressStorage,
+    SmartProgressStorage,
+    StatusProgressStorage,
+)
+from kopf.storage.records import ProgressRecord
+from kopf.structs import dicts, diffs
+from kopf.structs.bodies import Body
+from kopf.structs.ids import HandlerId
+from kopf.structs.patches import Patch
+
+Essence = dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Essences:
+    """The object as last handled (``None`` if never) and as it is now, both without framework traces."""
+
+    old: Essence | None
+    new: Essence
+    diff: diffs.Diff
+
+
+class _Absent:
+    """Nothing is to be done about the touch marker in this cycle."""
+
+
+_ABSENT = _Absent()
+
+
+class Persistence:
+    """One cycle's view of the storages for one object."""
+
+    def __init__(
+            self,
+            *,
+            progress: ProgressStorage,
+            diffbase: DiffBaseStorage,
+            body: Body,
+            extra_fields: Sequence[dicts.FieldPath] = (),
+    ) -> None:
+        self.progress = progress
+        self.diffbase = diffbase
+        self.body = body
+        self.extra_fields = tuple(extra_fields)
+        self.patch = Patch()
+        self._essences: Essences | None = None
+        self._records: dict[HandlerId, ProgressRecord | None] = {}
+        self._writes: dict[HandlerId, ProgressRecord | None] = {}  # None means: purge
+        self._touch: str | _Absent | None = _ABSENT
+        self._essence: Essence | None = None
+        self._empty: bool | None = None
+        self._in_body = in_body(progress)
+        self._unflushed = False
+
+    # Reading.
+
+    async def essences(self) -> Essences:
+        """The essences of the object, computed once per cycle."""
+        if self._essences is None:
+            new: Essence = await calls.call(self.diffbase.build, body=self.body,
+                                            extra_fields=list(self.extra_fields) or None)
+            new = await calls.call(self.progress.clear, essence=new)
+            old: Essence | None = await calls.call(self.diffbase.fetch, body=self.body)
+            if old is not None:
+                old = await calls.call(self.progress.clear, essence=copy.deepcopy(old))
+            self._essences = Essences(old=old, new=new, diff=diffs.diff(old, new))
+        return self._essences
+
+    async def fetch(self, ids: Iterable[HandlerId]) -> dict[HandlerId, ProgressRecord | None]:
+        """
+        The records of these handlers (``None`` where there is none); each id is fetched once.
+
+        What this cycle has already decided to store or purge is seen here as if done.
+        """
+        wanted = list(dict.fromkeys(ids))
+        if not await self._holds_nothing():
+            for handler_id in wanted:
+                if handler_id not in self._records and handler_id not in self._writes:
+                    record = await calls.call(self.progress.fetch, key=handler_id, body=self.body)
+                    self._records[handler_id] = record or None
+        return {handler_id: self._writes[handler_id] if handler_id in self._writes else
+                self._records.get(handler_id) for handler_id in wanted}
+
+    async def stored(self, ids: Iterable[HandlerId]) -> list[HandlerId]:
+        """Which of these handlers have a record stored."""
+        records = await self.fetch(ids)
+        return [handler_id for handler_id, record in records.items() if record is not None]
+
+    async def holds_any(self, ids: Iterable[HandlerId]) -> bool:
+        """Whether any of these handlers has a record; stops fetching at the first one found."""
+        if await self._holds_nothing():
+            return False
+        for handler_id in dict.fromkeys(ids):
+            if (await self.fetch([handler_id]))[handler_id] is not None:
+                return True
+        return False
+
+    async def _holds_nothing(self) -> bool:
+        """
+        Whether the object is known to have no records of this storage.
+
+        Only storages that keep everything in the object can be judged so: if
+        removing their traces (:meth:`ProgressStorage.clear`) from the object's
+        annotations and status changes nothing, no record is there to fetch.
+        The touch marker counts as a trace: it exists only while a cause is
+        being handled.
+        """
+        if not self._in_body:
+            return False
+        if self._empty is None:
+            annotations = dict(self.body.metadata.annotations)
+            status = self.body.raw.get('status')
+            original: Essence = {'metadata': {'annotations': annotations}, **({'status': status} if status else {})}
+            probe = copy.deepcopy(original)  # clear() may change it; the body must stay intact
+            cleared = await calls.call(self.progress.clear, essence=probe)
+            self._empty = cleared == original
+        return self._empty
+
+    # Writing.
+
+    async def keep(self, key: HandlerId, record: ProgressRecord) -> None:
+        """Store the record: at commit in the object (unless purged meanwhile), right away elsewhere."""
+        if self._in_body:
+            self._writes[key] = record
+            return
+        self._writes.pop(key, None)
+        if self._records.get(key) != record:
+            await calls.call(self.progress.store, key=key, record=record, body=self.body, patch=self.patch)
+            self._records[key] = record
+            self._unflushed = True
+
+    async def sync(self) -> None:
+        """Flush what was stored right away, if anything (a storage outside of the object only)."""
+        if self._unflushed:
+            self._unflushed = False
+            await calls.call(self.progress.flush)
+
+    def forget(self, key: HandlerId) -> None:
+        """Purge the record at commit (if there can be one)."""
+        self._writes[key] = None
+
+    def keep_essence(self, essence: Essence) -> None:
+        """Store the essence as the new diff-base at commit."""
+        self._essence = essence
+
+    def remove_touch(self) -> None:
+        """Remove the wake-up marker at commit: the cause it was for is handled."""
+        self._touch = None
+
+    async def commit(self) -> Patch:
+        """Apply the collected writes, flush the progress storage once, and return the patch."""
+        written = self._unflushed
+        self._unflushed = False
+        for key, record in self._writes.items():
+            if record is not None:
+                await calls.call(self.progress.store, key=key, record=record, body=self.body, patch=self.patch)
+                written = True
+            elif await self._may_hold(key):
+                await calls.call(self.progress.purge, key=key, body=self.body, patch=self.patch)
+                written = True
+        self._writes.clear()
+        if not isinstance(self._touch, _Absent) and not await self._holds_nothing():
+            await calls.call(self.progress.touch, body=self.body, patch=self.patch, value=self._touch)
+            written = True
+        self._touch = _ABSENT
+        if written:
+            await calls.call(self.progress.flush)
+        if self._essence is not None:
+            await calls.call(self.diffbase.store, body=self.body, patch=self.patch, essence=self._essence)
+            self._essence = None
+        return self.patch
+
+    async def _may_hold(self, key: HandlerId) -> bool:
+        """Whether a purge of this record can change anything."""
+        if await self._holds_nothing():
+            return False
+        if key in self._records and self._records[key] is None and not self._in_body:
+            return False  # fetched and absent; in-body storages still purge unreadable records for free
+        return True
+
+    async def erase(self) -> None:
+        """Let storages that keep data outside of the object forget it: the object is gone."""
+        await calls.call(self.progress.erase, body=self.body)
+        await calls.call(self.diffbase.erase, body=self.body)
+
+
+async def touch(storage: ProgressStorage, *, body: Body, value: str) -> Patch:
+    """A patch with a dummy change that makes the server send a new event (empty if the storage has none)."""
+    patch = Patch()
+    await calls.call(storage.touch, body=body, patch=patch, value=value)
+    return patch
+
+
+def in_body(storage: ProgressStorage) -> bool:
+    """Whether a storage keeps all its records in the object itself (so that the object tells what it holds)."""
+    if isinstance(storage, MultiProgressStorage):
+        return all(in_body(child) for child in storage.storages)
+    return isinstance(storage, (AnnotationsProgressStorage, StatusProgressStorage, SmartProgressStorage))

@@ -1,0 +1,633 @@
+"""
+The handling cycle, as a specification: cause -> action, one patch per cycle.
+
+Each test lets an object live on the simulated server (see ``conftest.py``)
+and looks at what the cycles leave on it.
+"""
+import asyncio
+import gc
+import json
+import logging
+import weakref
+
+import pytest
+
+import kopf.on
+from kopf.config import OperatorConfig
+from kopf.errors import PermanentError, TemporaryError
+from kopf.reactor import cycle as cycle_module
+from kopf.reactor.cycle import handle_object, touch
+from kopf.reactor.registries import OperatorRegistry
+from kopf.storage.diffbase import StatusDiffBaseStorage
+from kopf.storage.progress import (
+    AnnotationsProgressStorage,
+    MultiProgressStorage,
+    ProgressStorage,
+    StatusProgressStorage,
+)
+from kopf.structs.bodies import Body
+
+from .conftest import FINALIZER, LAST_HANDLED, RESOURCE, SELECTOR, logger, make_handler, names
+
+
+@pytest.fixture()
+def per_handler(config):
+    """Persist after every handler: each cycle runs one handler, and the progress between them is visible."""
+    config.persistence.max_unpersisted_time = 0
+
+
+# Progress between cycles.
+
+async def test_progress_is_kept_in_annotations_between_cycles_and_purged_at_the_end(server, registry, per_handler):
+    calls = []
+    kopf.on.create(*RESOURCE, id='first', registry=registry)(make_handler(calls, 'first', result={'msg': 'hi'}))
+    kopf.on.create(*RESOURCE, id='second', registry=registry)(make_handler(calls, 'second'))
+
+    result = await server.cycle()
+    assert result.cause == 'create'
+    assert not result.done
+    assert result.delay == 0
+    assert names(calls) == ['first']
+    first = json.loads(server.annotations['kopf.zalando.org/first'])
+    second = json.loads(server.annotations['kopf.zalando.org/second'])
+    assert first['success'] is True and first['retries'] == 1
+    assert 'success' not in second and second['started']
+    assert LAST_HANDLED not in server.annotations
+    assert server.raw['status']['first'] == {'msg': 'hi'}
+
+    result = await server.cycle()
+    assert result.cause == 'create'
+    assert result.done
+    assert result.delay is None
+    assert names(calls) == ['first', 'second']
+    assert server.annotations == {LAST_HANDLED: '{"spec":{"field":"x","other":1}}'}
+    assert 'kopf' not in server.raw.get('status', {})
+
+    result = await server.cycle()
+    assert result.cause == 'noop'
+    assert result.done
+    assert result.patch == {}
+    assert names(calls) == ['first', 'second']
+
+
+async def test_quick_handlers_share_one_patch_that_concludes_the_cause(server, registry):
+    calls = []
+    for name in ['a', 'b', 'c']:
+        kopf.on.create(*RESOURCE, id=name, registry=registry)(make_handler(calls, name, result=name.upper()))
+
+    results = await server.run()
+
+    assert len(results) == 1
+    assert names(calls) == ['a', 'b', 'c']
+    assert len(server.patches) == 1
+    assert server.patches[0]['status'] == {'a': 'A', 'b': 'B', 'c': 'C'}
+    # Records of handlers that finished within the concluding cycle are never written at all.
+    assert server.patches[0]['metadata']['annotations'] == {LAST_HANDLED: '{"spec":{"field":"x","other":1}}'}
+
+
+async def test_a_slow_handler_is_persisted_before_the_next_one_starts(server, registry, clock):
+    calls = []
+    kopf.on.create(*RESOURCE, id='quick', registry=registry)(make_handler(calls, 'quick'))
+    kopf.on.create(*RESOURCE, id='slow', registry=registry)(make_handler(calls, 'slow', duration=1.5, clock=clock))
+    kopf.on.create(*RESOURCE, id='last', registry=registry)(make_handler(calls, 'last'))
+
+    result = await server.cycle()
+
+    assert names(calls) == ['quick', 'slow']
+    assert not result.done
+    assert result.delay == 0
+    assert json.loads(server.annotations['kopf.zalando.org/quick'])['success'] is True
+    assert json.loads(server.annotations['kopf.zalando.org/slow'])['success'] is True
+    assert 'success' not in json.loads(server.annotations['kopf.zalando.org/last'])
+
+    results = await server.run()
+    assert names(calls) == ['quick', 'slow', 'last']
+    assert len(results) == 1
+    assert len(server.patches) == 2
+
+
+async def test_the_budget_counts_the_handlers_of_the_cycle_together(server, registry, clock, config):
+    config.persistence.max_unpersisted_time = 1.0
+    calls = []
+    for name in ['a', 'b', 'c', 'd', 'e']:
+        kopf.on.create(*RESOURCE, id=name, registry=registry)(make_handler(calls, name, duration=0.4, clock=clock))
+
+    results = await server.run()
+
+    # 0.4 + 0.4 < 1.0 <= 0.4 * 3: three handlers per cycle, then the outcomes are persisted.
+    assert [len(r.patch) and r.cause for r in results] == ['create', 'create']
+    assert names(calls) == ['a', 'b', 'c', 'd', 'e']
+    assert len(server.patches) == 2
+
+
+async def test_a_cycle_without_changes_writes_nothing(server, registry, clock):
+    calls = []
+    kopf.on.create(*RESOURCE, id='h', registry=registry)(
+        make_handler(calls, 'h', failures=[TemporaryError('not yet', delay=10)]))
+
+    result = await server.cycle()
+    assert result.delay == 10
+    clock.advance(9)
+    result = await server.cycle()
+    assert not result.done
+    assert result.delay == 1
+    assert result.patch == {}
+    assert names(calls) == ['h']
+
+
+# The table: cause -> action.
+
+async def test_deleted_objects_are_gone_and_never_patched(server, registry):
+    calls = []
+    kopf.on.create(*RESOURCE, id='c', registry=registry)(make_handler(calls, 'c'))
+
+    result = await server.cycle(event_type='DELETED')
+
+    assert result.cause == 'gone'
+    assert result.done
+    assert result.patch == {}
+    assert calls == []
+
+
+async def test_gone_objects_are_erased_from_storages_outside_of_them(server, registry, config):
+    erased = []
+
+    class External(DictStorage):
+        def erase(self, *, body):
+            erased.append(body.metadata.uid)
+    config.persistence.progress_storage = External()
+    kopf.on.create(*RESOURCE, id='c', registry=registry)(lambda **_: None)
+
+    result = await server.cycle(event_type='DELETED')
+
+    assert result.cause == 'gone'
+    assert erased == ['uid1']
+
+
+async def test_the_finalizer_is_added_alone_before_any_handler(server, registry):
+    calls = []
+    kopf.on.create(*RESOURCE, id='c', registry=registry)(make_handler(calls, 'c'))
+    kopf.on.delete(*RESOURCE, id='d', registry=registry)(make_handler(calls, 'd'))
+    server.raw['metadata']['finalizers'] = ['other/finalizer']
+
+    result = await server.cycle()
+
+    assert result.cause == 'finalizer'
+    assert not result.done
+    assert calls == []
+    assert server.patches == [{'metadata': {'finalizers': ['other/finalizer', FINALIZER], 'resourceVersion': '1'}}]
+
+
+async def test_finalizer_is_removed_after_the_delete_handlers(server, registry, clock):
+    calls = []
+    kopf.on.create(*RESOURCE, id='c', registry=registry)(make_handler(calls, 'c'))
+    kopf.on.delete(*RESOURCE, id='d', registry=registry)(
+        make_handler(calls, 'd', failures=[TemporaryError('wait', delay=5)]))
+    server.raw['metadata']['finalizers'] = ['other/finalizer']
+
+    assert [r.cause for r in await server.run()] == ['finalizer', 'create']
+    assert names(calls) == ['c']
+
+    server.change({'metadata': {'deletionTimestamp': '2020-01-01T00:00:00Z'}})
+    results = await server.run()
+
+    assert [r.cause for r in results] == ['delete', 'delete']
+    assert names(calls) == ['c', 'd', 'd']
+    assert server.raw['metadata']['finalizers'] == ['other/finalizer']
+    assert not server.gone  # the other finalizer still holds it
+    assert list(server.annotations) == [LAST_HANDLED]
+
+
+async def test_object_is_released_when_delete_handlers_are_done(server, registry):
+    calls = []
+    kopf.on.delete(*RESOURCE, id='d', registry=registry)(make_handler(calls, 'd'))
+    await server.run()  # the finalizer
+    await server.run()  # the creation
+
+    server.change({'metadata': {'deletionTimestamp': '2020-01-01T00:00:00Z'}})
+    await server.run()
+
+    assert names(calls) == ['d']
+    assert server.gone
+
+
+async def test_optional_delete_handlers_do_not_add_the_finalizer(server, registry):
+    calls = []
+    kopf.on.delete(*RESOURCE, id='d', optional=True, registry=registry)(make_handler(calls, 'd'))
+
+    results = await server.run()
+
+    assert [r.cause for r in results] == ['create']
+    assert 'finalizers' not in server.raw['metadata']
+
+    server.change({'metadata': {'deletionTimestamp': '2020-01-01T00:00:00Z'}})
+    result = await server.cycle()
+    assert result.cause == 'noop'  # without our finalizer, nothing can be done reliably
+    assert calls == []
+
+
+async def test_our_finalizer_is_released_even_without_handlers(server, registry):
+    kopf.on.event(*RESOURCE, id='e', registry=registry)(lambda **_: None)
+    server.raw['metadata'].update(finalizers=[FINALIZER], deletionTimestamp='2020-01-01T00:00:00Z')
+
+    result = await server.cycle()
+
+    assert result.cause == 'delete'
+    assert server.gone
+
+
+async def test_leftovers_of_a_reverted_update_do_not_skip_the_next_update(server, registry):
+    calls = []
+    kopf.on.update(*RESOURCE, id='u1', registry=registry)(make_handler(calls, 'u1'))
+    kopf.on.update(*RESOURCE, id='u2', registry=registry)(
+        make_handler(calls, 'u2', failures=[TemporaryError('later', delay=100)]))
+    await server.run()
+
+    server.change({'spec': {'field': 'y'}})
+    await server.cycle()
+    await server.cycle()
+    assert names(calls) == ['u1', 'u2']
+    server.change({'spec': {'field': 'x'}})  # reverted before u2 could finish
+    result = await server.cycle()
+    assert result.cause == 'noop'
+    assert list(server.annotations) == [LAST_HANDLED]
+
+    server.change({'spec': {'field': 'z'}})
+    await server.run()
+    assert names(calls) == ['u1', 'u2', 'u1', 'u2']
+
+
+# Results and the essential part of the patch.
+
+async def test_results_and_changes_travel_beside_the_essential_part(server, registry, per_handler):
+    def fn(patch, **_):
+        patch.meta.labels['handled'] = 'yes'
+        return {'ok': True}
+    kopf.on.create(*RESOURCE, id='first', registry=registry)(fn)
+    kopf.on.create(*RESOURCE, id='second', registry=registry)(lambda **_: None)
+
+    result = await server.cycle()
+
+    assert result.patch['status'] == {'first': {'ok': True}}
+    assert result.patch['metadata']['labels'] == {'handled': 'yes'}
+    assert result.extras == ('status.first', 'metadata.labels.handled')
+    assert result.essential is not None
+    assert 'status' not in result.essential and 'labels' not in result.essential['metadata']
+    assert json.loads(result.essential['metadata']['annotations']['kopf.zalando.org/first'])['success'] is True
+    assert result.essential['metadata']['annotations'] == result.patch['metadata']['annotations']
+
+
+async def test_a_patch_of_progress_alone_has_no_separate_essential_part(server, registry, per_handler):
+    kopf.on.create(*RESOURCE, id='first', registry=registry)(lambda **_: None)
+    kopf.on.create(*RESOURCE, id='second', registry=registry)(lambda **_: None)
+
+    result = await server.cycle()
+
+    assert result.patch
+    assert result.essential is None
+    assert result.extras == ()
+
+
+async def test_handlers_write_into_the_patch(server, registry):
+    def fn(patch, **_):
+        patch.status['phase'] = 'ready'
+        patch.meta.labels['handled'] = 'yes'
+    kopf.on.create(*RESOURCE, registry=registry)(fn)
+
+    await server.run()
+
+    assert server.raw['status']['phase'] == 'ready'
+    assert server.raw['metadata']['labels'] == {'handled': 'yes'}
+
+
+# Legacy and custom storages.
+
+async def test_legacy_status_progress_is_honoured_and_purged(server, registry):
+    calls = []
+    kopf.on.create(*RESOURCE, id='done-before', registry=registry)(make_handler(calls, 'done-before'))
+    kopf.on.create(*RESOURCE, id='pending', registry=registry)(make_handler(calls, 'pending'))
+    server.raw['status'] = {'kopf': {'progress': {
+        'done-before': {'started': '2019-12-31T23:00:00.000000', 'stopped': '2019-12-31T23:01:00.000000',
+                        'success': True, 'retries': 1},
+        'pending': {'started': '2019-12-31T23:00:00.000000', 'retries': 1, 'message': 'old error'},
+    }}}
+
+    results = await server.run()
+
+    assert names(calls) == ['pending']
+    assert calls[0][1]['retry'] == 1  # continued, not restarted
+    assert results[-1].done
+    assert server.raw['status'].get('kopf', {}).get('progress', {}) == {}
+    assert list(server.annotations) == [LAST_HANDLED]
+
+
+class DictStorage(ProgressStorage):
+    """A custom storage outside of the object, implementing only what is required."""
+
+    def __init__(self):
+        self.data = {}
+
+    def fetch(self, *, key, body):
+        return self.data.get((body.metadata.uid, key))
+
+    def store(self, *, key, record, body, patch):
+        self.data[(body.metadata.uid, key)] = dict(record)
+
+    def purge(self, *, key, body, patch):
+        self.data.pop((body.metadata.uid, key), None)
+
+
+class AsyncDictStorage(ProgressStorage):
+    def __init__(self):
+        self.data = {}
+
+    async def fetch(self, *, key, body):
+        await asyncio.sleep(0)
+        return self.data.get((body.metadata.uid, key))
+
+    async def store(self, *, key, record, body, patch):
+        await asyncio.sleep(0)
+        self.data[(body.metadata.uid, key)] = dict(record)
+
+    async def purge(self, *, key, body, patch):
+        await asyncio.sleep(0)
+        self.data.pop((body.metadata.uid, key), None)
+
+
+@pytest.mark.parametrize('storage_class', [DictStorage, AsyncDictStorage])
+async def test_custom_storages_keep_the_progress(server, registry, config, storage_class):
+    storage = storage_class()
+    config.persistence.progress_storage = storage
+    calls = []
+    kopf.on.create(*RESOURCE, id='h1', registry=registry)(make_handler(calls, 'h1'))
+    kopf.on.create(*RESOURCE, id='h2', registry=registry)(
+        make_handler(calls, 'h2', failures=[TemporaryError('later', delay=1)]))
+
+    await server.cycle()
+    assert storage.data[('uid1', 'h1')]['success'] is True
+    assert ('uid1', 'h2') in storage.data
+    assert list(server.annotations) == []
+
+    results = await server.run()
+
+    assert names(calls) == ['h1', 'h2', 'h2']
+    assert results[-1].done
+    assert storage.data == {}
+    assert list(server.annotations) == [LAST_HANDLED]
+
+
+async def test_multi_storage_writes_everywhere_and_cleans_everywhere(server, registry, config, per_handler):
+    config.persistence.progress_storage = MultiProgressStorage([
+        AnnotationsProgressStorage(prefix='my-op.example.com'), StatusProgressStorage(field='status.my-op')])
+    calls = []
+    kopf.on.create(*RESOURCE, id='h1', registry=registry)(make_handler(calls, 'h1'))
+    kopf.on.create(*RESOURCE, id='h2', registry=registry)(make_handler(calls, 'h2'))
+
+    await server.cycle()
+    assert 'my-op.example.com/h1' in server.annotations
+    assert server.raw['status']['my-op']['h1']['success'] is True
+
+    await server.run()
+    assert names(calls) == ['h1', 'h2']
+    assert server.annotations == {LAST_HANDLED: '{"spec":{"field":"x","other":1}}'}
+    assert server.raw['status'].get('my-op', {}) == {}
+    assert (await server.cycle()).cause == 'noop'
+
+
+async def test_status_progress_storage_with_a_custom_field(server, registry, config, per_handler):
+    config.persistence.progress_storage = StatusProgressStorage(field='status.my-op')
+    calls = []
+    kopf.on.create(*RESOURCE, id='h1', registry=registry)(make_handler(calls, 'h1'))
+    kopf.on.create(*RESOURCE, id='h2', registry=registry)(make_handler(calls, 'h2'))
+
+    await server.cycle()
+    assert server.raw['status']['my-op']['h1']['success'] is True
+    assert server.raw['status']['my-op']['h2']['started']
+    assert not any(key.startswith('kopf.zalando.org/h') for key in server.annotations)
+
+    await server.run()
+
+    assert names(calls) == ['h1', 'h2']
+    assert server.raw['status'].get('my-op', {}) == {}
+
+
+async def test_annotations_storage_with_a_custom_prefix_and_status_diffbase(server, registry, config, per_handler):
+    config.persistence.progress_storage = AnnotationsProgressStorage(prefix='my-op.example.com')
+    config.persistence.diffbase_storage = StatusDiffBaseStorage()
+    calls = []
+    kopf.on.create(*RESOURCE, id='h1', registry=registry)(make_handler(calls, 'h1'))
+    kopf.on.create(*RESOURCE, id='h2', registry=registry)(make_handler(calls, 'h2'))
+
+    await server.cycle()
+    assert 'my-op.example.com/h1' in server.annotations
+
+    await server.run()
+    assert server.annotations == {}
+    assert json.loads(server.raw['status']['kopf']['last-handled-configuration']) == {
+        'spec': {'field': 'x', 'other': 1}}
+    assert (await server.cycle()).cause == 'noop'
+
+
+# Restarts and resuming.
+
+async def test_a_restarted_operator_does_not_rerun_succeeded_handlers(server, registry, per_handler):
+    calls = []
+    kopf.on.create(*RESOURCE, id='h1', registry=registry)(make_handler(calls, 'h1'))
+    kopf.on.create(*RESOURCE, id='h2', registry=registry)(make_handler(calls, 'h2'))
+    await server.cycle()
+    assert names(calls) == ['h1']
+
+    # A new process: new registry, new config, new functions, the same object.
+    calls2 = []
+    server.registry = OperatorRegistry()
+    server.config = OperatorConfig()
+    kopf.on.create(*RESOURCE, id='h1', registry=server.registry)(make_handler(calls2, 'h1'))
+    kopf.on.create(*RESOURCE, id='h2', registry=server.registry)(make_handler(calls2, 'h2'))
+    results = await server.run(first_seen=True)
+
+    assert names(calls2) == ['h2']
+    assert results[-1].done
+
+
+async def test_resume_handlers_run_on_the_first_sight_of_a_handled_object(server, registry, clock):
+    calls = []
+    kopf.on.create(*RESOURCE, id='c', registry=registry)(make_handler(calls, 'c'))
+    kopf.on.resume(*RESOURCE, id='r', registry=registry)(
+        make_handler(calls, 'r', failures=[TemporaryError('later', delay=1)]))
+    await server.run()
+    assert names(calls) == ['c']
+
+    results = await server.run(first_seen=True)  # only the first cycle is the first sight
+
+    assert [r.cause for r in results] == ['resume', 'resume']
+    assert names(calls) == ['c', 'r', 'r']
+    assert calls[-1][1]['reason'] == 'resume'
+    assert (await server.cycle()).cause == 'noop'
+    assert names(calls) == ['c', 'r', 'r']
+
+
+async def test_resume_handlers_join_the_update_of_an_object_changed_while_away(server, registry):
+    calls = []
+    kopf.on.update(*RESOURCE, id='u', registry=registry)(make_handler(calls, 'u'))
+    kopf.on.resume(*RESOURCE, id='r', registry=registry)(make_handler(calls, 'r'))
+    await server.run()
+    server.change({'spec': {'field': 'y'}})
+
+    results = await server.run(first_seen=True)
+
+    assert {r.cause for r in results} == {'update'}
+    assert sorted(names(calls)) == ['r', 'u']
+
+
+async def test_resuming_an_update_lasts_beyond_the_first_cycle(server, registry, per_handler):
+    calls = []
+    kopf.on.update(*RESOURCE, id='u', registry=registry)(make_handler(calls, 'u'))
+    kopf.on.resume(*RESOURCE, id='r', registry=registry)(make_handler(calls, 'r'))
+    await server.run()
+    server.change({'spec': {'field': 'y'}})
+
+    results = await server.run(first_seen=True)
+
+    assert [r.cause for r in results] == ['update', 'update']
+    assert names(calls) == ['u', 'r']
+    assert calls[-1][1]['reason'] == 'update'
+
+
+async def test_new_objects_are_created_not_resumed(server, registry):
+    calls = []
+    kopf.on.create(*RESOURCE, id='c', registry=registry)(make_handler(calls, 'c'))
+    kopf.on.resume(*RESOURCE, id='r', registry=registry)(make_handler(calls, 'r'))
+
+    results = await server.run(first_seen=True)
+
+    assert [r.cause for r in results] == ['create']
+    assert names(calls) == ['c']
+
+
+async def test_resuming_survives_the_finalizer_cycle(server, registry):
+    calls = []
+    kopf.on.resume(*RESOURCE, id='r', registry=registry)(make_handler(calls, 'r'))
+    await server.run()  # handled by an older version without delete handlers
+    kopf.on.delete(*RESOURCE, id='d', registry=registry)(make_handler(calls, 'd'))
+
+    first = await server.cycle(first_seen=True)
+    results = await server.run()
+
+    assert first.cause == 'finalizer'
+    assert [r.cause for r in results] == ['resume']
+    assert names(calls) == ['r']
+
+
+# The wake-up marker.
+
+async def test_touch_makes_a_unique_dummy_change(server, config, clock):
+    patch1 = await touch(config=config, body=server.body, clock=clock)
+    clock.advance(1)
+    patch2 = await touch(config=config, body=server.body, clock=clock)
+
+    key = 'kopf.zalando.org/touch-dummy'
+    assert patch1['metadata']['annotations'][key]
+    assert patch1['metadata']['annotations'][key] != patch2['metadata']['annotations'][key]
+
+
+async def test_touch_goes_through_async_storages(server, config):
+    touched = []
+
+    class Storage(AsyncDictStorage):
+        async def touch(self, *, body, patch, value):
+            touched.append(value)
+    config.persistence.progress_storage = Storage()
+
+    patch = await touch(config=config, body=server.body)
+
+    assert patch == {}
+    assert len(touched) == 1 and touched[0]
+
+
+async def test_the_marker_is_purged_with_the_progress(server, registry, clock):
+    calls = []
+    kopf.on.create(*RESOURCE, id='h', registry=registry)(
+        make_handler(calls, 'h', failures=[TemporaryError('later', delay=5)]))
+    await server.cycle()
+    clock.advance(5)
+    server.change(await touch(config=server.config, body=server.body, clock=clock))
+    assert 'kopf.zalando.org/touch-dummy' in server.annotations
+
+    results = await server.run()
+
+    assert results[-1].done
+    assert list(server.annotations) == [LAST_HANDLED]
+
+
+# New kinds of handlers: stages.
+
+async def test_stages_see_every_event_with_its_cause_and_may_ask_for_a_wake_up(server, registry, config):
+    seen = []
+
+    async def stage(registry, resource, cause, arguments):
+        seen.append((cause.reason.value, arguments.event.type, arguments.object.body['metadata']['name']))
+        return 30.0
+    kopf.on.create(*RESOURCE, id='c', registry=registry)(lambda **_: None)
+
+    async def cycle(event_type):
+        return await handle_object(registry=registry, config=config, resource=SELECTOR, event_type=event_type,
+                                   body=server.body, first_seen=False, memo=None, logger=logger,
+                                   stages=[*cycle_module.STAGES, stage])
+
+    created = await cycle('ADDED')
+    gone = await cycle('DELETED')
+
+    assert seen == [('create', 'ADDED', 'ex1'), ('gone', 'DELETED', 'ex1')]
+    assert created.delay == 30.0  # the cause is done, but the stage wants a wake-up
+    assert gone.delay == 30.0
+
+
+# Memory.
+
+async def test_nothing_of_a_cycle_outlives_it(server, registry):
+    refs = []
+
+    def fn(body, patch, logger, **_):
+        refs.extend([weakref.ref(body), weakref.ref(patch), weakref.ref(logger)])
+        kopf.on.register(lambda **_: None, id='child')
+        return 'done'
+    kopf.on.create(*RESOURCE, id='parent', registry=registry)(fn)
+    def failing(**_):
+        raise ValueError('boom')  # the traceback holds the handler's frames, and its kwargs in them
+    kopf.on.create(*RESOURCE, id='failing', registry=registry)(failing)
+    kopf.on.event(*RESOURCE, id='event', registry=registry)(lambda body, **_: refs.append(weakref.ref(body)))
+
+    # A logger that keeps no records (the test's log capture would keep the tracebacks, and the frames in them).
+    isolated = logging.getLogger('kopf.test.isolated')
+    isolated.propagate = False
+    object_logger = logging.LoggerAdapter(isolated, {})
+    body = Body({'metadata': {'name': 'n', 'uid': 'u'}, 'spec': {}})
+    result = await handle_object(registry=registry, config=server.config, resource=SELECTOR, event_type='ADDED',
+                                 body=body, first_seen=True, memo=None, logger=object_logger)
+    assert result.patch and not result.done
+    assert len(refs) == 4  # the handler and the event handler have run
+    refs.extend([weakref.ref(body), weakref.ref(object_logger), weakref.ref(result.patch)])
+    del body, object_logger, result
+
+    # The executor's thread lets go of its last call a moment after the result is delivered: give it that moment.
+    for _ in range(100):
+        gc.collect()
+        if all(ref() is None for ref in refs):
+            break
+        await asyncio.sleep(0.01)
+    assert [ref() for ref in refs] == [None] * len(refs)
+
+
+# Errors of the handling itself.
+
+async def test_a_failing_handler_does_not_stop_the_others(server, registry, caplog):
+    calls = []
+    kopf.on.create(*RESOURCE, id='bad', registry=registry)(
+        make_handler(calls, 'bad', failures=[PermanentError('no way')]))
+    kopf.on.create(*RESOURCE, id='good', registry=registry)(make_handler(calls, 'good'))
+
+    results = await server.run()
+
+    assert names(calls) == ['bad', 'good']
+    assert len(results) == 1
+    assert list(server.annotations) == [LAST_HANDLED]  # the cause counts as handled

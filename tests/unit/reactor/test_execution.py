@@ -1,0 +1,265 @@
+"""
+Execution: what a handler's attempt ends with, and the retry policy that judges it.
+
+The policy is checked both directly (:func:`attempt`) and as the cycle applies
+it to handlers of a cause, across cycles.
+"""
+import datetime
+import json
+import logging
+
+import pytest
+
+import kopf.on
+from kopf.errors import (
+    ErrorsMode,
+    HandlerChildrenRetry,
+    HandlerRetriesError,
+    HandlerTimeoutError,
+    PermanentError,
+    TemporaryError,
+)
+from kopf.reactor.execution import attempt
+from kopf.reactor.progression import HandlerState
+from kopf.reactor.registries import DEFAULT_BACKOFF, ChangingHandler
+from kopf.structs.ids import HandlerId
+
+from .conftest import LAST_HANDLED, RESOURCE, T0, make_handler, names
+
+logger = logging.getLogger('test-execution')
+
+
+def handler(**options):
+    return ChangingHandler(fn=lambda **_: None, id=HandlerId('h'), **options)
+
+
+async def outcome_of(fn, *, past=None, clock, **options):
+    async def call():
+        return fn()
+    return await attempt(handler(**options), past or HandlerState.from_scratch(clock=clock), call=call,
+                         logger=logger)
+
+
+def raising(exception):
+    def fn():
+        raise exception
+    return fn
+
+
+# The judgement of one attempt.
+
+async def test_returning_is_a_final_success_with_the_result(clock):
+    outcome = await outcome_of(lambda: {'x': 1}, clock=clock)
+    assert outcome.final and outcome.exception is None and outcome.result == {'x': 1}
+
+
+async def test_a_temporary_error_asks_for_a_retry_after_its_delay(clock):
+    outcome = await outcome_of(raising(TemporaryError('later', delay=7)), clock=clock)
+    assert not outcome.final and outcome.delay == 7
+    assert str(outcome.exception) == 'later'
+
+
+async def test_a_permanent_error_is_final(clock):
+    outcome = await outcome_of(raising(PermanentError('no')), clock=clock)
+    assert outcome.final and isinstance(outcome.exception, PermanentError)
+
+
+async def test_waiting_for_sub_handlers_is_not_an_error(clock, caplog):
+    with caplog.at_level(logging.DEBUG):
+        outcome = await outcome_of(raising(HandlerChildrenRetry('children', delay=3)), clock=clock)
+    assert not outcome.final and outcome.delay == 3 and outcome.exception is None
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize('mode, final, delay, failed', [
+    (None, False, DEFAULT_BACKOFF, True),
+    (ErrorsMode.TEMPORARY, False, DEFAULT_BACKOFF, True),
+    (ErrorsMode.PERMANENT, True, None, True),
+    (ErrorsMode.IGNORED, True, None, False),
+])
+async def test_other_exceptions_are_judged_by_the_errors_mode(clock, mode, final, delay, failed):
+    outcome = await outcome_of(raising(ValueError('boom')), clock=clock, errors=mode)
+    assert outcome.final is final
+    assert outcome.delay == delay
+    assert (outcome.exception is not None) is failed
+    assert outcome.result is None
+
+
+async def test_the_backoff_is_the_delay_of_unexpected_errors(clock):
+    outcome = await outcome_of(raising(ValueError('boom')), clock=clock, backoff=3)
+    assert outcome.delay == 3
+
+
+async def test_used_up_retries_refuse_the_attempt_with_the_last_error(clock, caplog):
+    called = []
+    past = HandlerState.from_record({'started': '2020-01-01T00:00:00+00:00', 'retries': 2, 'message': 'flaky'},
+                                    clock=clock)
+    outcome = await outcome_of(lambda: called.append(1), past=past, clock=clock, retries=2)
+    assert called == []
+    assert outcome.final and isinstance(outcome.exception, HandlerRetriesError)
+    assert str(outcome.exception) == "Handler 'h' has used up its 2 attempt(s). The last error: flaky"
+
+
+async def test_a_retry_that_would_exceed_the_retries_is_not_waited_for(clock):
+    outcome = await outcome_of(raising(TemporaryError('again', delay=1)), clock=clock, retries=1)
+    assert outcome.final and isinstance(outcome.exception, HandlerRetriesError)
+    assert 'again' in str(outcome.exception)
+
+
+async def test_a_retry_that_would_come_after_the_timeout_is_not_waited_for(clock):
+    outcome = await outcome_of(raising(TemporaryError('later', delay=100)), clock=clock, timeout=30)
+    assert outcome.final and isinstance(outcome.exception, HandlerTimeoutError)
+
+
+async def test_the_timeout_counts_from_the_first_attempt(clock):
+    past = HandlerState.from_scratch(clock=clock)
+    clock.advance(31)
+    outcome = await outcome_of(lambda: 'late', past=past, clock=clock, timeout=30)
+    assert outcome.final and isinstance(outcome.exception, HandlerTimeoutError)
+    assert "30 seconds" in str(outcome.exception)
+
+
+# The policy across cycles.
+
+async def test_temporary_error_retries_only_that_handler_after_its_delay(server, registry, clock):
+    calls = []
+    kopf.on.create(*RESOURCE, id='h1', registry=registry)(make_handler(calls, 'h1'))
+    kopf.on.create(*RESOURCE, id='h2', registry=registry)(
+        make_handler(calls, 'h2', failures=[TemporaryError('not yet', delay=1)]))
+    kopf.on.create(*RESOURCE, id='h3', registry=registry)(make_handler(calls, 'h3'))
+
+    results = await server.run()
+
+    assert names(calls) == ['h1', 'h2', 'h3', 'h2']
+    assert [kwargs['retry'] for name, kwargs in calls if name == 'h2'] == [0, 1]
+    assert any(result.delay == 1 for result in results)  # the sleep was asked for, not skipped
+    assert results[-1].done
+    assert list(server.annotations) == [LAST_HANDLED]
+
+
+async def test_sleeping_handler_is_not_called_before_its_delay(server, registry, clock):
+    calls = []
+    kopf.on.create(*RESOURCE, id='h', registry=registry)(
+        make_handler(calls, 'h', failures=[TemporaryError('not yet', delay=10)]))
+
+    result = await server.cycle()
+    assert result.delay == 10
+    clock.advance(9)
+    result = await server.cycle()
+    assert not result.done
+    assert result.delay == 1
+    assert names(calls) == ['h']
+
+    clock.advance(1)
+    result = await server.cycle()
+    assert result.done
+    assert names(calls) == ['h', 'h']
+
+
+async def test_permanent_error_finishes_the_handler_without_retries(server, registry, caplog):
+    calls = []
+    kopf.on.create(*RESOURCE, id='bad', registry=registry)(
+        make_handler(calls, 'bad', failures=[PermanentError('no way')]))
+    kopf.on.create(*RESOURCE, id='good', registry=registry)(make_handler(calls, 'good'))
+
+    results = await server.run()
+
+    assert names(calls) == ['bad', 'good']
+    assert results[-1].done
+    assert 'bad' not in server.raw.get('status', {})
+    assert list(server.annotations) == [LAST_HANDLED]  # the cause counts as handled
+    assert any(r.levelno == logging.ERROR and 'no way' in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize('mode, expected_calls, expected_delay', [
+    (ErrorsMode.TEMPORARY, 2, 7),
+    (ErrorsMode.PERMANENT, 1, None),
+    (ErrorsMode.IGNORED, 1, None),
+])
+async def test_errors_mode_decides_the_fate_of_arbitrary_exceptions(
+        server, registry, mode, expected_calls, expected_delay):
+    calls = []
+    kopf.on.create(*RESOURCE, id='h', errors=mode, backoff=7, registry=registry)(
+        make_handler(calls, 'h', result='ok', failures=[ValueError('boom')]))
+
+    results = await server.run()
+
+    assert len(calls) == expected_calls
+    assert results[0].delay == expected_delay
+    if mode == ErrorsMode.TEMPORARY:
+        assert server.raw['status']['h'] == 'ok'
+    else:
+        assert 'h' not in server.raw.get('status', {})  # ignored or failed: no result
+
+
+@pytest.mark.parametrize('mode, expected', [
+    (ErrorsMode.IGNORED, {'success': True}),
+    (ErrorsMode.PERMANENT, {'failure': True, 'message': 'boom'}),
+])
+async def test_ignored_errors_count_as_success_and_permanent_ones_as_failure(
+        server, registry, config, mode, expected):
+    config.persistence.max_unpersisted_time = 0  # one handler per cycle: the record stays visible
+    calls = []
+    kopf.on.create(*RESOURCE, id='h', errors=mode, registry=registry)(
+        make_handler(calls, 'h', failures=[ValueError('boom')]))
+    kopf.on.create(*RESOURCE, id='next', registry=registry)(make_handler(calls, 'next'))
+
+    await server.cycle()
+
+    assert names(calls) == ['h']
+    record = json.loads(server.annotations['kopf.zalando.org/h'])
+    assert {k: record.get(k) for k in expected} == expected
+    assert record.get('success' if mode == ErrorsMode.PERMANENT else 'failure') is None
+
+
+async def test_unexpected_exception_is_retried_with_the_default_backoff(server, registry):
+    calls = []
+    kopf.on.create(*RESOURCE, id='h', registry=registry)(make_handler(calls, 'h', failures=[ValueError('boom')]))
+
+    result = await server.cycle()
+
+    assert result.delay == 60
+    record = json.loads(server.annotations['kopf.zalando.org/h'])
+    assert record['message'] == 'boom'
+    assert record['retries'] == 1
+    assert record['delayed'] == (T0 + datetime.timedelta(seconds=60)).isoformat()
+
+
+async def test_timeout_fails_the_handler_once_its_runtime_is_over(server, registry, clock, caplog):
+    calls = []
+    kopf.on.create(*RESOURCE, id='slow', timeout=30, registry=registry)(
+        make_handler(calls, 'slow', failures=[TemporaryError('later', delay=1)] * 10))
+
+    result = await server.cycle()
+    assert not result.done
+    clock.advance(60)
+    result = await server.cycle()
+
+    assert result.done
+    assert names(calls) == ['slow']  # not called again once the time is over
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR and 'slow' in r.getMessage()]
+    assert any('30 seconds' in r.getMessage() for r in errors)
+
+
+async def test_timeout_does_not_wait_for_a_retry_that_would_be_too_late(server, registry):
+    calls = []
+    kopf.on.create(*RESOURCE, id='slow', timeout=30, registry=registry)(
+        make_handler(calls, 'slow', failures=[TemporaryError('later', delay=100)]))
+
+    results = await server.run()
+
+    assert len(results) == 1
+    assert names(calls) == ['slow']
+
+
+async def test_retries_limit_the_number_of_attempts(server, registry, caplog):
+    calls = []
+    kopf.on.create(*RESOURCE, id='flaky', retries=3, registry=registry)(
+        make_handler(calls, 'flaky', failures=[TemporaryError('again', delay=0)] * 10))
+
+    results = await server.run()
+
+    assert names(calls) == ['flaky'] * 3
+    assert len(results) == 3  # a retry belongs to the next cycle, even without a delay
+    assert results[-1].done
+    assert any('3 attempt' in r.getMessage() and 'again' in r.getMessage() for r in caplog.records)
