@@ -16,7 +16,7 @@ RawBody: TypeAlias = Mapping[str, Any]
 class ReadOnlyDict(Mapping[str, Any]):
     """A live read-only mapping over a sub-dict, resolved lazily on every access."""
 
-    __slots__ = ('_src',)  # many views exist per handled object: no per-instance dict
+    __slots__ = ('__weakref__', '_src')  # many views exist per handled object: no per-instance dict
 
     def __init__(self, src: Mapping[str, Any] | None) -> None:
         self._src: Mapping[str, Any] = src if src is not None else {}

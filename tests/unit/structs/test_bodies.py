@@ -83,3 +83,9 @@ def test_views_carry_no_per_instance_dict():
     body = Body({'metadata': {'name': 'n', 'labels': {}}, 'spec': {}})
     for view in (body, body.metadata, body.metadata.labels, body.spec):
         assert not hasattr(view, '__dict__')
+
+
+def test_views_can_be_referenced_weakly():
+    import weakref
+    body = Body({'metadata': {'name': 'n'}})
+    assert weakref.ref(body)() is body
