@@ -203,3 +203,18 @@ def test_handlers_of_everything_serve_every_watched_resource():
     assert [h.fn for h in registry.get_watching_handlers(by_name)] == [everything_fn, pods_fn]
     assert [h.fn for h in registry.get_watching_handlers(scanned)] == [everything_fn]
     assert [h.fn for h in registry.get_watching_handlers(CMS)] == [everything_fn]
+
+
+async def test_the_api_session_takes_the_request_limit_from_the_config():
+    config = OperatorConfig()
+    config.networking.max_concurrent_requests = 7
+    info = kopf.ConnectionInfo(server='https://k8s:6443')
+    context = running._api_context(info, config=config, relogin=None)
+    assert context._request_slots._value == 7
+
+
+def test_a_request_limit_below_one_is_refused_with_the_setting_named():
+    config = OperatorConfig()
+    config.networking.max_concurrent_requests = 0
+    with pytest.raises(running.OperatorError, match=r'config\.networking\.max_concurrent_requests .* got 0'):
+        running._api_context(kopf.ConnectionInfo(server='https://k8s:6443'), config=config, relogin=None)
