@@ -163,7 +163,9 @@ class NetworkingConfig:
     retries of a request after a connection error, a timeout, or a 5xx
     (``None`` or empty: no retries). ``429 Too Many Requests`` is waited out
     as the server asks in ``Retry-After`` (at most ``max_retry_after``
-    seconds), up to ``throttle_retries`` times per request.
+    seconds), up to ``throttle_retries`` times per request. At most
+    ``max_concurrent_requests`` requests are in flight at once (watch
+    streams apart); the others wait for a free slot.
     """
 
     request_timeout: float | None = 60.0
@@ -172,6 +174,7 @@ class NetworkingConfig:
     error_backoffs: Iterable[float] | None = (0.5, 1.0, 2.0, 4.0)
     max_retry_after: float = 60.0
     throttle_retries: int = 20
+    max_concurrent_requests: int = 32
 
 
 @dataclasses.dataclass

@@ -53,6 +53,11 @@ Relogin: TypeAlias = Callable[[], Awaitable[ConnectionInfo]]
 
 TOKEN_FILE_CHECK_INTERVAL = 1.0  # seconds between checks whether a token file has changed
 
+# Ordinary requests in flight at once (streams are not counted). Beyond the API server's own
+# parallelism more of them only queue there, while every extra TLS connection costs the
+# operator a handshake and ~300 KB of buffers that stay with the process afterwards.
+MAX_CONCURRENT_REQUESTS = 32
+
 
 def make_ssl_context(info: ConnectionInfo) -> ssl.SSLContext:
     """
@@ -159,7 +164,8 @@ class APIContext:
     4xx errors are raised at once: repeating the same request cannot fix
     them — except ``401 Unauthorized``, after which the context logs in
     again with ``relogin`` (e.g. the operator's login handlers) and repeats
-    the request once.
+    the request once. At most ``max_concurrent_requests`` requests are in
+    flight at once (the others wait for a slot); streams are not limited.
     """
 
     def __init__(
@@ -176,6 +182,7 @@ class APIContext:
             throttle_retries: int = 20,
             max_retry_after: float = 60.0,
             relogin: Relogin | None = None,
+            max_concurrent_requests: int = MAX_CONCURRENT_REQUESTS,
             logger: Logger | None = None,
     ) -> None:
         self.info = info
@@ -196,6 +203,7 @@ class APIContext:
         self._version = 0  # increments with every change of credentials
         self._refresh_at: float | None = None  # wall-clock time to log in again before expiration
         self._login_lock = asyncio.Lock()
+        self._request_slots = asyncio.Semaphore(max_concurrent_requests)
         self._schedule_refresh(info)
 
     @property
@@ -366,7 +374,7 @@ class APIContext:
             await self._refresh_if_expiring()
             version = self._version
             try:
-                async with self.session.request(
+                async with self._request_slots, self.session.request(
                         method, url, data=data, headers={**self.auth_headers(), **extra_headers},
                         timeout=client_timeout,
                 ) as response:

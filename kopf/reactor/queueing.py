@@ -7,13 +7,18 @@ Events that arrive while an object is being handled are batched: only the
 latest state of the object matters, the intermediate ones are skipped. After
 our own patch, the worker waits until the watch stream shows that patch (by
 its ``resourceVersion``), so that a stale pre-patch state is never handled
-again (which would re-run handlers that just succeeded).
+again (which would re-run handlers that just succeeded). A watch stream
+delivers an object's events in order, so every other event that arrives
+before the patch's own is older than the patch: however long the stream lags
+behind (a busy operator or API server), such events are skipped. A wake-up
+that is due meanwhile continues from the patched object instead.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
@@ -23,8 +28,11 @@ logger = logging.getLogger('kopf.reactor.queueing')
 
 RawEvent = Mapping[str, Any]
 
-# How long to wait for the watch stream to show our own patch before handling anyway.
+# How long a wake-up after our own patch waits for the patch's event before continuing from the patched object.
 CONSISTENCY_TIMEOUT = 5.0
+# How long at most events older than our own patch are held back while its event is awaited. It comes
+# unless the watch has lost it (e.g. a relisting after an expired version that shows a later change).
+CONSISTENCY_LIMIT = 120.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,43 +91,115 @@ async def watch_objects(
         gate: Gate | None = None,
 ) -> None:
     """Route every event of a stream to its object's worker until the stream ends."""
-    queues: dict[str, asyncio.Queue[RawEvent]] = {}
-    workers: dict[str, asyncio.Task[None]] = {}
+    mailboxes: dict[str, _Mailbox] = {}
     limiter = asyncio.Semaphore(settings.worker_limit) if settings.worker_limit else None
     try:
         async for raw_event in stream:
             key = object_key(raw_event)
             if gate is not None and not gate.admits(key):
                 continue  # another replica's object
-            if key not in workers or workers[key].done():
-                queues[key] = asyncio.Queue()
-                workers[key] = asyncio.create_task(
-                    _worker(queue=queues[key], processor=processor, settings=settings, limiter=limiter,
-                            key=key, gate=gate),
+            mailbox = mailboxes.get(key)
+            if mailbox is None or mailbox.task is None or mailbox.task.done():
+                mailbox = mailboxes[key] = _Mailbox()
+                mailbox.task = asyncio.create_task(
+                    _worker(key, mailbox=mailbox, processor=processor, settings=settings, limiter=limiter,
+                            gate=gate),
                     name=f"kopf worker {key}")
-                workers[key].add_done_callback(_make_cleanup(key, queues, workers))
-            await queues[key].put(raw_event)
+                mailbox.task.add_done_callback(functools.partial(_forget, key, mailbox, mailboxes))
+            mailbox.put(raw_event)
+            del raw_event, mailbox  # while awaiting the next event, only the workers hold objects
     finally:
-        await _stop_workers(workers, timeout=settings.exit_timeout)
+        await _stop_workers([m.task for m in mailboxes.values() if m.task is not None],
+                            timeout=settings.exit_timeout)
 
 
-def _make_cleanup(
-        key: str,
-        queues: dict[str, asyncio.Queue[RawEvent]],
-        workers: dict[str, asyncio.Task[None]],
-) -> Callable[[asyncio.Task[None]], None]:
-    def cleanup(task: asyncio.Task[None]) -> None:
-        if workers.get(key) is task:
-            del workers[key]
-            del queues[key]
-        if not task.cancelled() and task.exception() is not None:
-            logger.error("The worker for %s has failed.", key, exc_info=task.exception())
-    return cleanup
+class _Mailbox:
+    """
+    What one object's worker has yet to handle: only the latest event, since
+    intermediate states are skipped anyway; and whether the event of our own
+    last patch has arrived.
+
+    One per object being handled, so it is kept small: a plain future to wait
+    on instead of a queue with its own locks and buffers.
+    """
+
+    __slots__ = ('_waiter', 'expected_rv', 'handled_rv', 'latest', 'task', 'versions')
+
+    def __init__(self) -> None:
+        self.latest: RawEvent | None = None
+        self.expected_rv: str | None = None  # of our own patch, until its event arrives
+        self.handled_rv: str | None = None  # of the state handled last
+        self.versions: list[str | None] = []  # of the events since the last take, while nothing is expected
+        self.task: asyncio.Task[None] | None = None
+        self._waiter: asyncio.Future[bool] | None = None
+
+    def put(self, raw_event: RawEvent) -> None:
+        self.latest = raw_event
+        if self.expected_rv is None:
+            self.versions.append(_GONE if raw_event.get('type') == 'DELETED' else _resource_version(raw_event))
+        elif _is_consistent(raw_event, self.expected_rv):
+            self.expected_rv = None
+        if self._waiter is not None:
+            _resolve(self._waiter, True)
+
+    def take(self) -> RawEvent | None:
+        latest = self.latest
+        self.discard()
+        if latest is not None:
+            self.handling(latest)
+        return latest
+
+    def discard(self) -> None:
+        self.latest = None
+        self.versions.clear()
+
+    def handling(self, raw_event: RawEvent) -> None:
+        self.handled_rv = _resource_version(raw_event)
+
+    def expect(self, resource_version: str | None) -> None:
+        """
+        Our patch has left the object at this version: await its event, unless it has already arrived.
+
+        A patch that changed nothing keeps the version of the handled state and
+        causes no event. Without a patch, an earlier one may still be awaited.
+        """
+        if resource_version is not None:
+            arrived = (resource_version in self.versions or _GONE in self.versions or
+                       resource_version == self.handled_rv)
+            self.expected_rv = None if arrived else resource_version
+        self.versions.clear()
+
+    async def wait(self, timeout: float) -> bool:
+        """Sleep until the next event arrives (true), or the timeout (false)."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._waiter = waiter
+        timer = loop.call_later(timeout, _resolve, waiter, False)
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
 
 
-async def _stop_workers(workers: Mapping[str, asyncio.Task[None]], *, timeout: float) -> None:
+def _resolve(waiter: asyncio.Future[bool], value: bool) -> None:
+    if not waiter.done():
+        waiter.set_result(value)
+
+
+_GONE = '<deleted>'  # in the versions seen: the object is gone, which outdates any patch of ours
+
+
+def _forget(key: str, mailbox: _Mailbox, mailboxes: dict[str, _Mailbox], task: asyncio.Task[None]) -> None:
+    """A worker has ended: free its mailbox (unless a new worker has already taken the object over)."""
+    if mailboxes.get(key) is mailbox:
+        del mailboxes[key]
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("The worker for %s has failed.", key, exc_info=task.exception())
+
+
+async def _stop_workers(tasks: list[asyncio.Task[None]], *, timeout: float) -> None:
     """Let workers finish their current handling, then cancel the rest."""
-    tasks = list(workers.values())
     if not tasks:
         return
     _, pending = await asyncio.wait(tasks, timeout=timeout)
@@ -129,81 +209,82 @@ async def _stop_workers(workers: Mapping[str, asyncio.Task[None]], *, timeout: f
 
 
 async def _worker(
+        key: str,
         *,
-        queue: asyncio.Queue[RawEvent],
+        mailbox: _Mailbox,
         processor: Processor,
         settings: BatchingSettings,
         limiter: asyncio.Semaphore | None,
-        key: str = '',
         gate: Gate | None = None,
 ) -> None:
     """Handle one object's events until it is gone, idle for a while, or not ours any more."""
     delay: float | None = None
-    expected_rv: str | None = None
-    last_event: RawEvent | None = None
+    fallback: RawEvent | None = None  # the freshest state known besides the mailbox: our patched object
     while True:
-        timeout = delay if delay is not None else settings.idle_timeout
-        if expected_rv is not None and delay is not None:
-            # Our patch's own event is the natural next step: give it time to arrive.
-            timeout = max(delay, CONSISTENCY_TIMEOUT)
-        try:
-            raw_event = await asyncio.wait_for(queue.get(), timeout=timeout)
-        except asyncio.TimeoutError:
-            if delay is None or last_event is None:
-                return  # idle: the object will get a new worker with its next event
-            woken_up = True
-            raw_event = last_event
-        else:
-            woken_up = False
-            raw_event, expected_rv = await _collect_batch(queue, raw_event, expected_rv, settings.batch_window)
-            if expected_rv is not None:
-                raw_event, expected_rv = await _collect_batch(queue, raw_event, expected_rv, CONSISTENCY_TIMEOUT,
-                                                              until_consistent=True)
-
+        step = await _next_event(key, mailbox, settings, delay=delay, fallback=fallback)
+        if step is None:
+            return  # idle: the object will get a new worker with its next event
+        raw_event, woken_up = step
+        del step
         async with limiter if limiter is not None else contextlib.nullcontext():
             async with gate.handling(key) if gate is not None else contextlib.nullcontext(True) as admitted:
                 if not admitted:
                     return  # not ours (any more): its owner handles it
                 outcome = await processor(raw_event, woken_up)
-        # After our own patch, the patched object is the freshest known state: a wake-up without
-        # new events must continue from it, never from the stale pre-patch event.
-        last_event = raw_event if outcome.body is None else {'type': 'MODIFIED', 'object': outcome.body}
-        delay = outcome.delay
-        expected_rv = outcome.resource_version
+        mailbox.expect(outcome.resource_version)
         if raw_event.get('type') == 'DELETED':
             return
+        delay = outcome.delay
+        fallback = raw_event if outcome.body is None else {'type': 'MODIFIED', 'object': outcome.body}
+        if delay is None and mailbox.expected_rv is None:
+            fallback = None  # nothing due: a waiting worker holds nothing of the object
+        del raw_event, outcome
 
 
-async def _collect_batch(
-        queue: asyncio.Queue[RawEvent],
-        latest: RawEvent,
-        expected_rv: str | None,
-        window: float,
+async def _next_event(
+        key: str,
+        mailbox: _Mailbox,
+        settings: BatchingSettings,
         *,
-        until_consistent: bool = False,
-) -> tuple[RawEvent, str | None]:
+        delay: float | None,
+        fallback: RawEvent | None,
+) -> tuple[RawEvent, bool] | None:
     """
-    Take all events arriving within the window; only the latest one counts.
+    The next state to handle and whether it is a wake-up after a delay; ``None`` when idle for long.
 
-    With ``until_consistent``, stop as soon as our own patch has been seen.
-    Returns the latest event and the still awaited resource version, if any.
+    While our own patch's event is awaited, the worker does not go idle, and
+    the events that arrive meanwhile are older than the patch: they are kept
+    back. A wake-up due meanwhile continues from the patched object.
     """
-    if expected_rv is not None and _is_consistent(latest, expected_rv):
-        expected_rv = None
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + window
-    while not (until_consistent and expected_rv is None):
+    started = loop.time()
+    while mailbox.latest is None or mailbox.expected_rv is not None:
+        wake_up: float | None = None
+        give_up: float | None = None
+        if mailbox.expected_rv is not None:
+            wake_up = None if delay is None else started + max(delay, CONSISTENCY_TIMEOUT)
+            give_up = started + CONSISTENCY_LIMIT
+        elif delay is not None:
+            wake_up = started + delay
+        else:
+            give_up = started + settings.idle_timeout
+        deadline = min(t for t in (wake_up, give_up) if t is not None)
         remaining = deadline - loop.time()
-        if remaining <= 0:
-            break
-        try:
-            latest = await asyncio.wait_for(queue.get(), timeout=remaining)
-        except asyncio.TimeoutError:
-            break
-        if expected_rv is not None and _is_consistent(latest, expected_rv):
-            expected_rv = None
-    if until_consistent and expected_rv is not None:
-        logger.debug("Our own patch (resourceVersion %s) was not seen in time; handling the latest state.",
-                      expected_rv)
-        expected_rv = None
-    return latest, expected_rv
+        if remaining > 0 and await mailbox.wait(remaining):
+            continue  # an event: look again whether it is the awaited one
+        if deadline != wake_up and mailbox.expected_rv is None:
+            return None  # idle for long
+        if deadline != wake_up:
+            logger.warning("The event of our own patch of %s (resourceVersion %s) has not arrived in %ss; "
+                           "continuing from the patched object.", key, mailbox.expected_rv, CONSISTENCY_LIMIT)
+            mailbox.expected_rv = None
+            mailbox.discard()  # the events held back are older than the patch
+        if fallback is None:
+            return None
+        mailbox.handling(fallback)
+        return fallback, True
+    await asyncio.sleep(settings.batch_window)  # the events meanwhile replace each other
+    raw_event = mailbox.take()
+    assert raw_event is not None  # only this worker takes, and it has seen an event
+    return raw_event, False
+

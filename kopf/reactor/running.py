@@ -257,10 +257,13 @@ async def _login(*, registry: OperatorRegistry, config: OperatorConfig, memo: An
 def _api_context(info: ConnectionInfo, *, config: OperatorConfig, relogin: auth.Relogin) -> APIContext:
     """The API session as configured in ``config.networking``; it logs in again with the same login."""
     networking = config.networking
+    if networking.max_concurrent_requests < 1:
+        raise OperatorError(f"config.networking.max_concurrent_requests must be at least 1, "
+                            f"got {networking.max_concurrent_requests!r}.")
     return APIContext(info, timeout=networking.request_timeout, connect_timeout=networking.connect_timeout,
                       keepalive=networking.tcp_keepalive, backoffs=networking.error_backoffs or (),
                       max_retry_after=networking.max_retry_after, throttle_retries=networking.throttle_retries,
-                      relogin=relogin)
+                      max_concurrent_requests=networking.max_concurrent_requests, relogin=relogin)
 
 
 async def _resolve(context: APIContext, selectors: Collection[Selector]) -> dict[Selector, Resource]:

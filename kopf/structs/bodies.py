@@ -16,6 +16,8 @@ RawBody: TypeAlias = Mapping[str, Any]
 class ReadOnlyDict(Mapping[str, Any]):
     """A live read-only mapping over a sub-dict, resolved lazily on every access."""
 
+    __slots__ = ('__weakref__', '_src')  # many views exist per handled object: no per-instance dict
+
     def __init__(self, src: Mapping[str, Any] | None) -> None:
         self._src: Mapping[str, Any] = src if src is not None else {}
 
@@ -34,11 +36,15 @@ class ReadOnlyDict(Mapping[str, Any]):
 
 def _section(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     value = raw.get(key)
+    if type(value) is dict:  # nearly always: parsed JSON; spares the slower abstract-class check
+        return value
     return value if isinstance(value, Mapping) else {}
 
 
 class Meta(ReadOnlyDict):
     """The ``metadata`` of an object, with shortcuts for the commonly used fields."""
+
+    __slots__ = ()
 
     @property
     def annotations(self) -> Mapping[str, str]:
@@ -93,6 +99,8 @@ class Status(ReadOnlyDict):
 
 class Body(ReadOnlyDict):
     """A whole object: ``kopf.Body(raw)`` wraps any raw dict without copying it."""
+
+    __slots__ = ()
 
     def __init__(self, raw: RawBody | None = None) -> None:
         if isinstance(raw, Body):

@@ -1,5 +1,7 @@
 import asyncio
 import dataclasses
+import gc
+import weakref
 
 from kopf.reactor import queueing
 from kopf.reactor.queueing import ProcessingOutcome, object_key, watch_objects
@@ -180,3 +182,120 @@ async def test_a_deletion_counts_as_consistent_with_our_last_patch(monkeypatch):
                         settings=Settings(exit_timeout=5))
     assert seen == ['MODIFIED', 'DELETED']
     assert asyncio.get_running_loop().time() - started < 2  # not held back until the timeout
+
+
+async def test_our_patch_seen_while_still_handling_is_not_awaited_again(monkeypatch):
+    monkeypatch.setattr(queueing, 'CONSISTENCY_TIMEOUT', 3.0)
+    seen = []
+
+    async def processor(raw_event, woken_up):
+        rv = raw_event['object']['metadata']['resourceVersion']
+        seen.append(rv)
+        if rv == '1':
+            await asyncio.sleep(0.2)  # meanwhile, our patch's event (5) and a later one (6) arrive
+            return ProcessingOutcome(resource_version='5')
+        return ProcessingOutcome()
+
+    started = asyncio.get_running_loop().time()
+    events = [event('a', 1), 0.1, event('a', 5), event('a', 6)]
+    await watch_objects(stream=feed(events, hold=0.4), processor=processor, settings=Settings(exit_timeout=0.1))
+    assert seen == ['1', '6']
+    assert asyncio.get_running_loop().time() - started < 2  # not held back until the timeout
+
+
+class Event(dict):
+    """A raw event that can be referenced weakly, to see whether anything still holds it."""
+
+
+async def test_a_waiting_worker_keeps_nothing_of_the_handled_object():
+    handled = asyncio.Event()
+    checked = asyncio.Event()
+    refs = []
+
+    async def stream():
+        obj = Event(type='ADDED', object={'metadata': {'uid': 'a', 'resourceVersion': '1'}})
+        refs.append(weakref.ref(obj))
+        yield obj
+        del obj
+        await checked.wait()
+
+    async def processor(raw_event, woken_up):
+        handled.set()
+        return ProcessingOutcome(body={'metadata': {'uid': 'a', 'resourceVersion': '2'}})
+
+    async def check():
+        await handled.wait()
+        await asyncio.sleep(0.1)  # the worker is waiting for new events now
+        gc.collect()
+        alive = refs[0]() is not None
+        checked.set()
+        return alive
+
+    settings = Settings(idle_timeout=5, exit_timeout=0.1)
+    alive, _ = await asyncio.gather(check(), watch_objects(stream=stream(), processor=processor, settings=settings))
+    assert not alive
+
+
+async def test_events_older_than_our_patch_are_skipped_however_late_its_event_comes(monkeypatch):
+    monkeypatch.setattr(queueing, 'CONSISTENCY_TIMEOUT', 0.1)
+    seen = []
+
+    async def processor(raw_event, woken_up):
+        rv = raw_event['object']['metadata']['resourceVersion']
+        seen.append(rv)
+        return ProcessingOutcome(resource_version='5' if rv == '1' else None)
+
+    # A lagging watch: the stale events 2 and 3 come long after any short timeout, then our patch's event.
+    events = [event('a', 1), 0.3, event('a', 2), 0.3, event('a', 3), 0.1, event('a', 5)]
+    await watch_objects(stream=feed(events, hold=0.3), processor=processor,
+                        settings=Settings(idle_timeout=0.2, exit_timeout=0.1))
+    assert seen == ['1', '5']
+
+
+async def test_a_due_wake_up_continues_from_our_patch_while_older_events_are_held_back(monkeypatch):
+    monkeypatch.setattr(queueing, 'CONSISTENCY_TIMEOUT', 0.1)
+    seen = []
+
+    async def processor(raw_event, woken_up):
+        seen.append((raw_event['object']['metadata']['resourceVersion'], woken_up))
+        if len(seen) == 1:
+            return ProcessingOutcome(delay=0, resource_version='5', body=event('a', 5)['object'])
+        return ProcessingOutcome()
+
+    events = [event('a', 1), 0.05, event('a', 2), 0.3, event('a', 5)]
+    await watch_objects(stream=feed(events, hold=0.3), processor=processor, settings=Settings(exit_timeout=0.1))
+    assert seen[:2] == [('1', False), ('5', True)]  # never the stale 2
+    assert ('2', False) not in seen
+
+
+async def test_a_patch_that_changed_nothing_is_not_awaited(monkeypatch):
+    monkeypatch.setattr(queueing, 'CONSISTENCY_TIMEOUT', 3.0)
+    seen = []
+
+    async def processor(raw_event, woken_up):
+        seen.append(woken_up)
+        if len(seen) == 1:  # the server answers with the version we handled: it has no event to send
+            return ProcessingOutcome(delay=0, resource_version='1', body=event('a', 1)['object'])
+        return ProcessingOutcome()
+
+    started = asyncio.get_running_loop().time()
+    await watch_objects(stream=feed([event('a', 1)], hold=0.4), processor=processor,
+                        settings=Settings(exit_timeout=0.1))
+    assert seen == [False, True]
+    assert asyncio.get_running_loop().time() - started < 2  # not held back until the timeout
+
+
+async def test_a_lost_patch_event_is_given_up_on_with_a_warning(monkeypatch, caplog):
+    monkeypatch.setattr(queueing, 'CONSISTENCY_LIMIT', 0.2)
+    seen = []
+
+    async def processor(raw_event, woken_up):
+        seen.append((raw_event['object']['metadata']['resourceVersion'], woken_up))
+        if len(seen) == 1:
+            return ProcessingOutcome(resource_version='5', body=event('a', 5)['object'])
+        return ProcessingOutcome()
+
+    events = [event('a', 1), 0.05, event('a', 2)]  # the event of our patch (5) never comes
+    await watch_objects(stream=feed(events, hold=0.5), processor=processor, settings=Settings(exit_timeout=0.1))
+    assert seen == [('1', False), ('5', True)]
+    assert "has not arrived" in caplog.text

@@ -225,3 +225,18 @@ async def test_peering_arguments_go_into_the_config_before_startup(monkeypatch):
 async def test_conflicting_peering_arguments_stop_the_operator_at_once():
     with pytest.raises(running.OperatorError, match='standalone and ha'):
         await running.operator(registry=OperatorRegistry(), standalone=True, ha=True)
+
+
+async def test_the_api_session_takes_the_request_limit_from_the_config():
+    config = OperatorConfig()
+    config.networking.max_concurrent_requests = 7
+    info = kopf.ConnectionInfo(server='https://k8s:6443')
+    context = running._api_context(info, config=config, relogin=None)
+    assert context._request_slots._value == 7
+
+
+def test_a_request_limit_below_one_is_refused_with_the_setting_named():
+    config = OperatorConfig()
+    config.networking.max_concurrent_requests = 0
+    with pytest.raises(running.OperatorError, match=r'config\.networking\.max_concurrent_requests .* got 0'):
+        running._api_context(kopf.ConnectionInfo(server='https://k8s:6443'), config=config, relogin=None)

@@ -76,3 +76,16 @@ def test_views_are_live_over_the_raw_dict():
 def test_describe_names_the_object():
     assert Body(RAW).describe() == 'KopfExample ns1/ex1'
     assert Body({'metadata': {'name': 'n'}}).describe() == 'n'
+
+
+def test_views_carry_no_per_instance_dict():
+    # Several views exist per handled object at any time; a __dict__ each would double their size.
+    body = Body({'metadata': {'name': 'n', 'labels': {}}, 'spec': {}})
+    for view in (body, body.metadata, body.metadata.labels, body.spec):
+        assert not hasattr(view, '__dict__')
+
+
+def test_views_can_be_referenced_weakly():
+    import weakref
+    body = Body({'metadata': {'name': 'n'}})
+    assert weakref.ref(body)() is body

@@ -1,0 +1,89 @@
+"""
+This framework's ``kopf run``, observable from outside: for ``benchmarks/memory.py``.
+
+With ``tracemalloc`` on (``$BENCH_MEMORY_FRAMES`` frames; 0: off), it dumps a
+snapshot and a census of live objects into ``$BENCH_MEMORY_SNAPSHOTS`` on
+SIGUSR1, and gives the allocator's free memory back to the system on SIGUSR2;
+with ``$BENCH_PROFILE``, it writes cProfile's statistics there when it exits.
+It imports nothing beyond what the operator itself needs, so that its memory
+is the operator's.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import cProfile
+import ctypes
+import gc
+import json
+import os
+import signal
+import sys
+import time
+import tracemalloc
+from collections.abc import Sequence
+from pathlib import Path
+
+SNAPSHOT_DIR_ENV = 'BENCH_MEMORY_SNAPSHOTS'
+FRAMES_ENV = 'BENCH_MEMORY_FRAMES'
+MALLOC_STATS_ENV = 'BENCH_MEMORY_MALLOC_STATS'
+PROFILE_ENV = 'BENCH_PROFILE'  # a file for cProfile's statistics of the whole run
+
+
+def census() -> dict[str, int]:
+    """Live objects tracked by the garbage collector, by type name."""
+    counts: collections.Counter[str] = collections.Counter()
+    for obj in gc.get_objects():
+        counts[type(obj).__qualname__] += 1
+    return dict(counts)
+
+
+def _dump(directory: Path) -> None:
+    index = len(list(directory.glob('snapshot-*.done')))
+    gc.collect()
+    if tracemalloc.is_tracing():
+        tracemalloc.take_snapshot().dump(str(directory / f'snapshot-{index}.bin'))
+    tasks = 0
+    with contextlib.suppress(RuntimeError):
+        tasks = len(asyncio.all_tasks())
+    details = {'census': census(), 'tasks': tasks, 'traced': tracemalloc.get_traced_memory()}
+    (directory / f'snapshot-{index}.json').write_text(json.dumps(details))
+    if os.environ.get(MALLOC_STATS_ENV):
+        print(f"=== pymalloc statistics at snapshot {index}", file=sys.stderr, flush=True)
+        sys._debugmallocstats()  # into the operator's log
+    (directory / f'snapshot-{index}.done').touch()
+
+
+def _trim(directory: Path) -> None:
+    """Give the allocator's free memory back to the system, to tell free-but-kept memory from live."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL('libc.so.6').malloc_trim(0)
+    (directory / 'trimmed.done').touch()
+
+
+def main(argv: Sequence[str]) -> None:
+    """``kopf run`` of this framework, with tracemalloc on and a snapshot dumped on SIGUSR1."""
+    frames = int(os.environ.get(FRAMES_ENV, '1'))
+    if frames:
+        tracemalloc.start(frames)
+    directory = Path(os.environ[SNAPSHOT_DIR_ENV])
+    signal.signal(signal.SIGUSR1, lambda *_: _dump(directory))
+    signal.signal(signal.SIGUSR2, lambda *_: _trim(directory))
+    from kopf.cli import main as kopf_main
+    profile_path = os.environ.get(PROFILE_ENV)
+    if not profile_path:
+        kopf_main(list(argv), standalone_mode=True)
+        return
+    profiler = cProfile.Profile(time.process_time)  # CPU time: waiting costs nothing
+    profiler.enable()
+    try:
+        kopf_main(list(argv), standalone_mode=True)
+    finally:
+        profiler.disable()
+        profiler.dump_stats(profile_path)
+
+
+if __name__ == '__main__':
+    main(sys.argv[1:])
