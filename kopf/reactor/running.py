@@ -21,7 +21,7 @@ from kopf.clients import auth, discovery, events, watching
 from kopf.clients.auth import APIContext
 from kopf.config import OperatorConfig
 from kopf.engines import posting, probing
-from kopf.reactor import activities, probes, processing, queueing, serving
+from kopf.reactor import activities, indexing, probes, processing, queueing, serving
 from kopf.reactor.registries import Activity, OperatorRegistry, get_default_registry
 from kopf.structs.credentials import ConnectionInfo
 from kopf.structs.ephemera import Memo
@@ -148,24 +148,25 @@ async def _serve(
 ) -> None:
     stop = asyncio.Event()
     health = probing.Health()
+    indexes = indexing.OperatorIndexes(registry)
     # An embedding application that passes its own stop flag keeps its own signal handling.
     with _stop_on_signals(stop) if stop_flag is None else contextlib.nullcontext():
         # A port in use fails here, before anything else has started.
         try:
             liveness = await probes.serve_liveness(liveness_endpoint, health=health, registry=registry,
-                                                   config=config, memo=memo)
+                                                   config=config, memo=memo, indexes=indexes)
         except probing.LivenessError as e:
             raise OperatorError(str(e)) from e
         stopper = asyncio.create_task(_relay_stop_flag(stop_flag, stop)) if stop_flag is not None else None
         try:
             await activities.run_activity(registry=registry, activity=Activity.STARTUP, config=config,
-                                        memo=memo, logger=logger)
+                                        memo=memo, logger=logger, indexes=indexes)
             config.persistence.freeze()
             try:
                 async with contextlib.AsyncExitStack() as stack:
                     await stack.enter_async_context(_storages(config))
-                    info = await _login(registry=registry, config=config, memo=memo)
-                    relogin = functools.partial(_login, registry=registry, config=config, memo=memo)
+                    info = await _login(registry=registry, config=config, memo=memo, indexes=indexes)
+                    relogin = functools.partial(_login, registry=registry, config=config, memo=memo, indexes=indexes)
                     context = await stack.enter_async_context(_api_context(info, config=config, relogin=relogin))
                     resources = await _resolve(context, registry.selectors)
                     admitted = await _resolve(context, registry.admission_selectors)
@@ -174,7 +175,7 @@ async def _serve(
                         stop=stop, namespaces=None if clusterwide else namespaces))
                     await _watch_all(context=context, resources=resources, registry=registry, config=config,
                                      memo=memo, namespaces=(None,) if clusterwide else namespaces,
-                                     stop=stop, ready_flag=ready_flag, health=health)
+                                     stop=stop, ready_flag=ready_flag, health=health, indexes=indexes)
             except serving.AdmissionSetupError as e:
                 raise OperatorError(str(e)) from e
         finally:
@@ -184,7 +185,7 @@ async def _serve(
             if liveness is not None:
                 await liveness.stop()
             await activities.run_activity(registry=registry, activity=Activity.CLEANUP, config=config,
-                                        memo=memo, logger=logger)
+                                        memo=memo, logger=logger, indexes=indexes)
     logger.info("The operator has stopped.")
 
 
@@ -200,10 +201,16 @@ async def _storages(config: OperatorConfig) -> AsyncIterator[None]:
         yield
 
 
-async def _login(*, registry: OperatorRegistry, config: OperatorConfig, memo: Any) -> ConnectionInfo:
+async def _login(
+        *,
+        registry: OperatorRegistry,
+        config: OperatorConfig,
+        memo: Any,
+        indexes: indexing.OperatorIndexes | None = None,
+) -> ConnectionInfo:
     """Credentials from the login handlers if there are any, else from the environment."""
     results = await activities.run_activity(registry=registry, activity=Activity.LOGIN, config=config,
-                                          memo=memo, logger=logger)
+                                          memo=memo, logger=logger, indexes=indexes)
     for result in results.values():
         if isinstance(result, ConnectionInfo):
             return result
@@ -257,6 +264,7 @@ async def _watch_all(
         stop: asyncio.Event,
         ready_flag: StopFlag | None,
         health: probing.Health | None = None,
+        indexes: indexing.OperatorIndexes | None = None,
 ) -> None:
     """Watch every resource in every namespace, and post events, until stopped."""
     queue: asyncio.Queue[posting.K8sEvent] = asyncio.Queue()
@@ -266,13 +274,19 @@ async def _watch_all(
     poster = asyncio.create_task(posting.poster(queue=queue, post=functools.partial(_post, context)))
     handler = posting.PostingHandler(settings=lambda: config.posting)
     logging.getLogger('kopf.objects').addHandler(handler)
+    indexes = indexes if indexes is not None else indexing.OperatorIndexes(registry)
+    streams = [(selector, resource, namespace if resource.namespaced else None)
+               for selector, resource in resources.items()
+               for namespace in (namespaces if resource.namespaced else (None,))]
+    for selector, _, namespace in streams:
+        if registry.get_indexing_handlers(selector):
+            indexes.expect((selector, namespace))  # before any stream starts: handlers wait for all
     watchers = [
         asyncio.create_task(_watch_one(
             processing.ResourceWatch(context=context, resource=resource, selector=selector,
-                                     registry=registry, config=config, memo=memo),
-            namespace=namespace if resource.namespaced else None, stop=stop))
-        for selector, resource in resources.items()
-        for namespace in (namespaces if resource.namespaced else (None,))
+                                     registry=registry, config=config, memo=memo, indexes=indexes),
+            namespace=namespace, stop=stop))
+        for selector, resource, namespace in streams
     ]
     if health is not None:
         health.watching(watchers)
@@ -297,8 +311,14 @@ async def _watch_all(
 
 
 async def _watch_one(watch: processing.ResourceWatch, *, namespace: str | None, stop: asyncio.Event) -> None:
+    indexes = watch.indexes
+    listed = functools.partial(indexes.listed, (watch.selector, namespace)) if indexes is not None else None
+    stream: AsyncIterator[queueing.RawEvent]
     stream = watching.infinite_watch(context=watch.context, resource=watch.resource, namespace=namespace,
-                                     settings=watch.config.watching, stop=stop)
+                                     settings=watch.config.watching, stop=stop, on_listed=listed)
+    if indexes is not None and watch.registry.get_indexing_handlers(watch.selector):
+        stream = indexes.indexed(stream, registry=watch.registry, selector=watch.selector, resource=watch.resource,
+                                 config=watch.config, memo=watch.memo)
     await queueing.watch_objects(stream=stream, processor=functools.partial(processing.process_event, watch),
                                  settings=watch.config.batching)
 

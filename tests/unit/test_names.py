@@ -160,7 +160,6 @@ KOPF_ON_NAMES = {
 
 ADMISSION = 'admission webhooks (kopf.on.validate/mutate, webhook servers and tunnels)'
 DAEMONS = 'daemons and timers (built on the redesigned handling cycle)'
-INDEXES = 'in-memory indexes (built on the redesigned handling cycle)'
 LOGIN = 'the login helpers for other Kubernetes clients (kopf.clients.auth)'
 PERSISTENCE = "the typed storages and Kopf's own state (kopf.storage)"
 
@@ -168,9 +167,6 @@ PERSISTENCE = "the typed storages and Kopf's own state (kopf.storage)"
 PENDING = {
     'daemon': DAEMONS,
     'timer': DAEMONS,
-    'index': INDEXES,
-    'Index': INDEXES,
-    'Store': INDEXES,
     'AiohttpSession': LOGIN + ': a custom aiohttp session for the API client',
 }
 PENDING_ON = {
@@ -178,8 +174,6 @@ PENDING_ON = {
     'timer': DAEMONS,
     'DaemonDecorator': DAEMONS,
     'TimerDecorator': DAEMONS,
-    'index': INDEXES,
-    'IndexingDecorator': INDEXES,
 }
 
 # Names of Kopf deliberately not provided, with the reason.
