@@ -172,7 +172,7 @@ async def _serve(
                     admitted = await _resolve(context, registry.admission_selectors)
                     await stack.enter_async_context(serving.admission_webhooks(
                         context=context, registry=registry, resources=admitted, config=config, memo=memo,
-                        stop=stop, namespaces=None if clusterwide else namespaces))
+                        stop=stop, namespaces=None if clusterwide else namespaces, indexes=indexes))
                     await _watch_all(context=context, resources=resources, registry=registry, config=config,
                                      memo=memo, namespaces=(None,) if clusterwide else namespaces,
                                      stop=stop, ready_flag=ready_flag, health=health, indexes=indexes)
