@@ -4,7 +4,8 @@ An operator for end-to-end tests of indexes and field filters, on configmaps (no
 It runs unchanged under the released Kopf too. Every handler call is recorded
 as a JSON line in ``$E2E_CALLS``.
 
-* ``e2e-role: source`` configmaps are indexed by their ``color`` label.
+* ``e2e-role: source`` configmaps are indexed by their ``color`` label, and
+  by name in an index that fails for yellow ones.
 * ``e2e-role: target`` configmaps have handlers with field filters on ``data.mode``.
 * ``e2e-role: probe`` configmaps show the index as it is when their event comes.
 """
@@ -32,14 +33,22 @@ def colors(labels, name, **_):
     return {labels.get('color'): name}
 
 
+@kopf.index('configmaps', labels={'e2e-role': 'source'})
+def fragile(labels, name, **_):
+    if labels.get('color') == 'yellow':
+        raise ValueError(f"{name} is yellow")
+    return name
+
+
 @kopf.on.create('configmaps', labels=TARGET)
 def created(name, colors, **_):
     record('created', name, colors=snapshot(colors))
 
 
 @kopf.on.event('configmaps', labels={'e2e-role': 'probe'})
-def probed(name, body, colors, **_):
-    record('probed', name, stamp=body.get('data', {}).get('stamp'), colors=snapshot(colors))
+def probed(name, body, colors, fragile, **_):
+    record('probed', name, stamp=body.get('data', {}).get('stamp'), colors=snapshot(colors),
+           fragile=snapshot(fragile))
 
 
 @kopf.on.create('configmaps', labels=TARGET, field='data.mode', value='a')
