@@ -328,6 +328,8 @@ def validate(
         labels: MetaFilter | None = None,
         annotations: MetaFilter | None = None,
         when: WhenFilter | None = None,
+        field: dicts.FieldSpec | None = None,
+        value: ValueFilter = None,
         registry: OperatorRegistry | None = None,
 ) -> Decorator[F]:
     """
@@ -341,7 +343,7 @@ def validate(
     return _admission(resource, WebhookType.VALIDATING, id=id, param=param, operation=operation,
                       operations=operations, subresource=subresource, persistent=persistent,
                       side_effects=side_effects, ignore_failures=ignore_failures, labels=labels,
-                      annotations=annotations, when=when, registry=registry)
+                      annotations=annotations, when=when, field=field, value=value, registry=registry)
 
 
 def mutate(
@@ -357,6 +359,8 @@ def mutate(
         labels: MetaFilter | None = None,
         annotations: MetaFilter | None = None,
         when: WhenFilter | None = None,
+        field: dicts.FieldSpec | None = None,
+        value: ValueFilter = None,
         registry: OperatorRegistry | None = None,
 ) -> Decorator[F]:
     """
@@ -367,7 +371,7 @@ def mutate(
     return _admission(resource, WebhookType.MUTATING, id=id, param=param, operation=operation,
                       operations=operations, subresource=subresource, persistent=persistent,
                       side_effects=side_effects, ignore_failures=ignore_failures, labels=labels,
-                      annotations=annotations, when=when, registry=registry)
+                      annotations=annotations, when=when, field=field, value=value, registry=registry)
 
 
 def subhandler(
@@ -479,18 +483,23 @@ def _admission(
         annotations: MetaFilter | None,
         when: WhenFilter | None,
         registry: OperatorRegistry | None,
+        field: dicts.FieldSpec | None = None,
+        value: ValueFilter = None,
 ) -> Decorator[F]:
     selector = Selector.from_args(*resource)
+    check_field_filters(field=field, value=value)
+    path = dicts.parse_field(field) or None
     allowed = _operations(operation=operation, operations=operations)
     if subresource is not None and (not isinstance(subresource, str) or not subresource or '/' in subresource):
         raise ValueError(f"subresource= is a subresource's name such as 'status', or '*'; got {subresource!r}.")
 
     def decorator(fn: F) -> F:
+        base = id if id is not None else default_id(fn)
         handler = AdmissionHandler(
-            fn=fn, id=HandlerId(id if id is not None else default_id(fn)), type=type, param=param,
+            fn=fn, id=field_id(base, path) if path else HandlerId(base), type=type, param=param,
             operations=allowed, subresource=subresource, persistent=bool(persistent),
             side_effects=bool(side_effects), ignore_failures=bool(ignore_failures),
-            labels=labels, annotations=annotations, when=when)
+            labels=labels, annotations=annotations, when=when, field=path, value=value)
         _registry(registry).register_admission_handler(selector, handler)
         return fn
     return decorator

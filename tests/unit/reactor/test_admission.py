@@ -375,3 +375,17 @@ async def test_admission_handlers_and_their_filters_get_the_indexes(registry):
     indexes = OperatorIndexes(registry)
     await serve(registry, review(), indexes=indexes)
     assert seen == [('when', indexes['pod_names']), ('handler', indexes['pod_names'])]
+
+
+async def test_admission_handlers_with_field_filters(registry):
+    seen = []
+    kopf.on.validate('kopfexamples', field='spec.numbers', value=[1, 2], registry=registry)(
+        lambda **_: seen.append('exact'))
+    kopf.on.validate('kopfexamples', field='spec.missing', registry=registry)(lambda **_: seen.append('present'))
+    kopf.on.mutate('kopfexamples', id='m', field='spec.numbers', value=lambda value, **_: len(value) == 2,
+                   registry=registry)(lambda **_: seen.append('callable'))
+    await serve(registry, review())
+    assert sorted(seen) == ['callable', 'exact']
+    assert sorted(h.id for _, h in registry.iter_admission_handlers()) == [
+        'm/spec.numbers', 'test_admission_handlers_with_field_filters.<locals>.<lambda>/spec.missing',
+        'test_admission_handlers_with_field_filters.<locals>.<lambda>/spec.numbers']
