@@ -25,6 +25,9 @@ the handling cycle:
   any handler of any object.
 * Every event is indexed, in order, also for objects that this replica does
   not handle (with shards): indexes are an overview of the whole cluster.
+* A stream that lists again without reporting what was deleted meanwhile
+  (replicas re-open their streams after a hand-over) has the objects that
+  its new listing lacks removed from the indexes once the listing is over.
 
 What an object contributes
 ==========================
@@ -89,6 +92,21 @@ class Failure:
         return self.until is None or now < self.until
 
 
+@dataclasses.dataclass
+class _Stream:
+    """
+    What one stream has indexed: to forget the objects that a new listing no longer has.
+
+    A stream that is re-opened (by replicas, after a hand-over) lists anew
+    without telling which objects have gone meanwhile.
+    """
+
+    handlers: list[IndexingHandler]
+    members: set[ObjectKey] = dataclasses.field(default_factory=set)  # objects seen and not deleted
+    listed: set[ObjectKey] = dataclasses.field(default_factory=set)  # objects of the current listing
+    listing: bool = False  # whether the last event was a listed one
+
+
 @dataclasses.dataclass(frozen=True)
 class _Attempts:
     """What an index function is told about its failures for the object so far (``retry``, ``started``, ...)."""
@@ -111,6 +129,7 @@ class OperatorIndexes(Mapping[str, Index[Any, Any]]):
             handler.id: Indexer() for _, handler in registry.iter_indexing_handlers()
         }
         self._failures: dict[tuple[HandlerId, ObjectKey], Failure] = {}
+        self._streams: dict[Hashable, _Stream] = {}
         self._pending: set[Hashable] = set()
         self._ready = asyncio.Event()
         self._ready.set()  # nothing to wait for until a listing is expected
@@ -138,7 +157,20 @@ class OperatorIndexes(Mapping[str, Index[Any, Any]]):
         self._ready.clear()
 
     def listed(self, listing: Hashable) -> None:
-        """The stream's listing has been indexed (again, after a relisting: nothing changes)."""
+        """
+        The stream's listing has been indexed: what it did not list is gone.
+
+        The first time, the stream stops holding the handlers back; after a
+        relisting, objects that it had indexed but did not list any more
+        (deleted while the stream was closed) leave the indexes.
+        """
+        stream = self._streams.get(listing)
+        if stream is not None:
+            for obj in stream.members - stream.listed:
+                for handler in stream.handlers:
+                    self._forget(handler.id, obj)
+            stream.members = stream.listed
+            stream.listed, stream.listing = set(), False
         self._pending.discard(listing)
         if not self._pending:
             self._ready.set()
@@ -157,17 +189,30 @@ class OperatorIndexes(Mapping[str, Index[Any, Any]]):
             self,
             stream: AsyncIterator[RawEvent],
             *,
+            listing: Hashable,
             registry: OperatorRegistry,
             selector: ResourceKey,
             resource: Resource | None,
             config: OperatorConfig,
             memo: Any,
     ) -> AsyncIterator[RawEvent]:
-        """Index every event of the stream before passing it on."""
-        handlers = registry.get_indexing_handlers(selector)
+        """Index every event of the stream before passing it on; ``listing`` is what the stream reports as listed."""
+        state = self._streams[listing] = _Stream(handlers=registry.get_indexing_handlers(selector))
         async for raw_event in stream:
-            if handlers:
-                await self.index_event(raw_event, handlers=handlers, resource=resource, config=config, memo=memo)
+            obj = object_key(raw_event)
+            if raw_event.get('type') is None:  # a listed object
+                if not state.listing:  # a new listing begins
+                    state.listed, state.listing = set(), True
+                state.listed.add(obj)
+            else:
+                state.listing = False
+            if raw_event.get('type') == 'DELETED':
+                state.members.discard(obj)
+            else:
+                state.members.add(obj)
+            if state.handlers:
+                await self.index_event(raw_event, handlers=state.handlers, resource=resource, config=config,
+                                       memo=memo)
             yield raw_event
 
     async def index_event(

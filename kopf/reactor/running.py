@@ -21,7 +21,7 @@ from kopf.clients import auth, discovery, events, watching
 from kopf.clients.auth import APIContext
 from kopf.config import OperatorConfig
 from kopf.engines import posting, probing
-from kopf.reactor import activities, indexing, probes, processing, queueing, serving
+from kopf.reactor import activities, fencing, indexing, peering, probes, processing, queueing, serving
 from kopf.reactor.registries import Activity, OperatorRegistry, get_default_registry
 from kopf.structs.credentials import ConnectionInfo
 from kopf.structs.ephemera import Memo
@@ -54,6 +54,11 @@ async def operator(
         namespace: str | None = None,
         clusterwide: bool = False,
         standalone: bool = False,
+        ha: bool = False,
+        shards: bool = False,
+        peering_name: str | None = None,
+        peering_namespace: str | None = None,
+        identity: str | None = None,
         liveness_endpoint: str | None = None,
         stop_flag: StopFlag | None = None,
         ready_flag: StopFlag | None = None,
@@ -61,7 +66,9 @@ async def operator(
     """Run the operator in the current event loop until it is stopped."""
     tasks = await spawn_tasks(registry=registry, config=config, settings=settings, memo=memo,
                               namespaces=namespaces, namespace=namespace, clusterwide=clusterwide,
-                              standalone=standalone, liveness_endpoint=liveness_endpoint,
+                              standalone=standalone, ha=ha, shards=shards, peering_name=peering_name,
+                              peering_namespace=peering_namespace, identity=identity,
+                              liveness_endpoint=liveness_endpoint,
                               stop_flag=stop_flag, ready_flag=ready_flag)
     await run_tasks(tasks)
 
@@ -76,6 +83,11 @@ async def spawn_tasks(
         namespace: str | None = None,
         clusterwide: bool = False,
         standalone: bool = False,
+        ha: bool = False,
+        shards: bool = False,
+        peering_name: str | None = None,
+        peering_namespace: str | None = None,
+        identity: str | None = None,
         liveness_endpoint: str | None = None,
         stop_flag: StopFlag | None = None,
         ready_flag: StopFlag | None = None,
@@ -85,16 +97,20 @@ async def spawn_tasks(
 
     ``settings`` is Kopf's name of ``config`` (give one of them).
     ``namespace`` is one more namespace to serve, as in Kopf.
-    ``standalone`` is accepted for compatibility: instances do not coordinate
-    with each other (there is no peering), so every instance is standalone.
+    ``ha``/``shards`` make replicas coordinate through Leases (see
+    docs/replicas.rst); ``standalone`` (the default) means no coordination.
+    These arguments go into ``config.peering`` before the startup handlers,
+    which may still change it.
     """
-    del standalone
     if config is not None and settings is not None and config is not settings:
         raise TypeError("Pass the operator's settings either as settings= or as config=, not both.")
     namespaces = (*namespaces, namespace) if namespace is not None else tuple(namespaces)
+    config = config or settings or OperatorConfig()
+    _configure_peering(config, standalone=standalone, ha=ha, shards=shards, name=peering_name,
+                       namespace=peering_namespace, identity=identity)
     task = asyncio.create_task(_serve(
         registry=registry or get_default_registry(),
-        config=config or settings or OperatorConfig(),
+        config=config,
         memo=memo if memo is not None else Memo(),
         namespaces=tuple(namespaces),
         clusterwide=clusterwide or not namespaces,
@@ -103,6 +119,27 @@ async def spawn_tasks(
         ready_flag=ready_flag,
     ), name='kopf operator')
     return [task]
+
+
+def _configure_peering(
+        config: OperatorConfig,
+        *,
+        standalone: bool,
+        ha: bool,
+        shards: bool,
+        name: str | None,
+        namespace: str | None,
+        identity: str | None,
+) -> None:
+    chosen = [option for option, flag in [('standalone', standalone), ('ha', ha), ('shards', shards)] if flag]
+    if len(chosen) > 1:
+        raise OperatorError(f"Choose one of standalone, ha, shards; got {' and '.join(chosen)}: "
+                            "a standalone operator does not coordinate, HA and shards coordinate differently.")
+    if chosen:
+        config.peering.mode = chosen[0]
+    for field, value in [('name', name), ('namespace', namespace), ('identity', identity)]:
+        if value is not None:
+            setattr(config.peering, field, value)
 
 
 async def run_tasks(
@@ -160,7 +197,7 @@ async def _serve(
         stopper = asyncio.create_task(_relay_stop_flag(stop_flag, stop)) if stop_flag is not None else None
         try:
             await activities.run_activity(registry=registry, activity=Activity.STARTUP, config=config,
-                                        memo=memo, logger=logger, indexes=indexes)
+                                          memo=memo, logger=logger, indexes=indexes)
             config.persistence.freeze()
             try:
                 async with contextlib.AsyncExitStack() as stack:
@@ -173,11 +210,17 @@ async def _serve(
                     await stack.enter_async_context(serving.admission_webhooks(
                         context=context, registry=registry, resources=admitted, config=config, memo=memo,
                         stop=stop, namespaces=None if clusterwide else namespaces, indexes=indexes))
+                    peers = await stack.enter_async_context(peering.peering(
+                        context=context, config=config.peering, namespaces=namespaces,
+                        clusterwide=clusterwide, stop=stop))
                     await _watch_all(context=context, resources=resources, registry=registry, config=config,
                                      memo=memo, namespaces=(None,) if clusterwide else namespaces,
-                                     stop=stop, ready_flag=ready_flag, health=health, indexes=indexes)
+                                     stop=stop, ready_flag=ready_flag, health=health, peers=peers,
+                                     indexes=indexes)
             except serving.AdmissionSetupError as e:
                 raise OperatorError(str(e)) from e
+            except peering.PeeringError as e:
+                raise OperatorError(str(e)) from None
         finally:
             health.stopping()
             if stopper is not None:
@@ -185,7 +228,7 @@ async def _serve(
             if liveness is not None:
                 await liveness.stop()
             await activities.run_activity(registry=registry, activity=Activity.CLEANUP, config=config,
-                                        memo=memo, logger=logger, indexes=indexes)
+                                          memo=memo, logger=logger, indexes=indexes)
     logger.info("The operator has stopped.")
 
 
@@ -264,9 +307,15 @@ async def _watch_all(
         stop: asyncio.Event,
         ready_flag: StopFlag | None,
         health: probing.Health | None = None,
+        peers: peering.Peering | None = None,
         indexes: indexing.OperatorIndexes | None = None,
 ) -> None:
-    """Watch every resource in every namespace, and post events, until stopped."""
+    """
+    Watch every resource in every namespace, and post events, until stopped.
+
+    With replicas (``peers``), only what the gate permits is handled, and on
+    stopping, the running cycles finish while the Lease is still held.
+    """
     queue: asyncio.Queue[posting.K8sEvent] = asyncio.Queue()
     posting.event_queue_var.set(queue)
     posting.event_loop_var.set(asyncio.get_running_loop())
@@ -274,6 +323,9 @@ async def _watch_all(
     poster = asyncio.create_task(posting.poster(queue=queue, post=functools.partial(_post, context)))
     handler = posting.PostingHandler(settings=lambda: config.posting)
     logging.getLogger('kopf.objects').addHandler(handler)
+    gate = peers.gate if peers is not None else None
+    watch_stop = stop if peers is None else asyncio.Event()  # with peers: only after stepping down
+    handling_context = context if gate is None else fencing.FencedAPIContext(context, gate)
     indexes = indexes if indexes is not None else indexing.OperatorIndexes(registry)
     streams = [(selector, resource, namespace if resource.namespaced else None)
                for selector, resource in resources.items()
@@ -283,9 +335,9 @@ async def _watch_all(
             indexes.expect((selector, namespace))  # before any stream starts: handlers wait for all
     watchers = [
         asyncio.create_task(_watch_one(
-            processing.ResourceWatch(context=context, resource=resource, selector=selector,
+            processing.ResourceWatch(context=handling_context, resource=resource, selector=selector,
                                      registry=registry, config=config, memo=memo, indexes=indexes),
-            namespace=namespace, stop=stop))
+            namespace=namespace, stop=watch_stop, gate=gate))
         for selector, resource, namespace in streams
     ]
     if health is not None:
@@ -295,7 +347,10 @@ async def _watch_all(
     try:
         stopped = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait([stopped, *watchers], return_when=asyncio.FIRST_COMPLETED)
+        if peers is not None:
+            await peers.step_down(timeout=config.batching.exit_timeout)
         stop.set()
+        watch_stop.set()
         failed = [task for task in done if task is not stopped and task.exception() is not None]
         await asyncio.wait_for(asyncio.gather(*watchers, return_exceptions=True), GRACEFUL_EXIT_TIMEOUT)
         if failed:
@@ -310,17 +365,29 @@ async def _watch_all(
         await asyncio.gather(poster, return_exceptions=True)
 
 
-async def _watch_one(watch: processing.ResourceWatch, *, namespace: str | None, stop: asyncio.Event) -> None:
+async def _watch_one(
+        watch: processing.ResourceWatch,
+        *,
+        namespace: str | None,
+        stop: asyncio.Event,
+        gate: fencing.Gate | None = None,
+) -> None:
     indexes = watch.indexes
-    listed = functools.partial(indexes.listed, (watch.selector, namespace)) if indexes is not None else None
+    listing = (watch.selector, namespace)
+    listed = functools.partial(indexes.listed, listing) if indexes is not None else None
+
+    def open_stream(until: asyncio.Event) -> AsyncIterator[watching.RawEvent]:
+        return watching.infinite_watch(context=watch.context, resource=watch.resource, namespace=namespace,
+                                       settings=watch.config.watching, stop=until, on_listed=listed)
+
     stream: AsyncIterator[queueing.RawEvent]
-    stream = watching.infinite_watch(context=watch.context, resource=watch.resource, namespace=namespace,
-                                     settings=watch.config.watching, stop=stop, on_listed=listed)
+    stream = open_stream(stop) if gate is None else fencing.gated_stream(gate, open_stream, stop=stop)
     if indexes is not None and watch.registry.get_indexing_handlers(watch.selector):
-        stream = indexes.indexed(stream, registry=watch.registry, selector=watch.selector, resource=watch.resource,
-                                 config=watch.config, memo=watch.memo)
+        # Every replica indexes every event, before the gate decides which objects it handles.
+        stream = indexes.indexed(stream, listing=listing, registry=watch.registry, selector=watch.selector,
+                                 resource=watch.resource, config=watch.config, memo=watch.memo)
     await queueing.watch_objects(stream=stream, processor=functools.partial(processing.process_event, watch),
-                                 settings=watch.config.batching)
+                                 settings=watch.config.batching, gate=gate)
 
 
 async def _post(context: APIContext, item: posting.K8sEvent) -> None:

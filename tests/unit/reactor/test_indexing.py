@@ -314,10 +314,51 @@ async def test_the_stream_is_indexed_event_by_event_before_it_is_passed_on(regis
         yield ev('DELETED', 'a')
 
     seen = []
-    async for _ in idx.indexed(stream(), registry=registry, selector=SELECTOR, resource=RESOLVED,
-                                       config=OperatorConfig(), memo=None):
+    async for _ in idx.indexed(stream(), listing='kex', registry=registry, selector=SELECTOR, resource=RESOLVED,
+                               config=OperatorConfig(), memo=None):
         seen.append(sorted(idx['names'].get(None, [])))
     assert seen == [['a'], ['a', 'b'], ['b']]
+
+
+async def test_a_new_listing_forgets_what_it_does_not_list_any_more(registry):
+    kopf.index(*RESOURCE, id='names', registry=registry)(lambda name, **_: name)
+    idx = OperatorIndexes(registry)
+    idx.expect('kex')
+
+    async def stream():
+        # One stream, then another one for the same objects (as replicas re-open them after a hand-over),
+        # which does not say that a and c were deleted while there was no stream.
+        yield ev(None, 'a')
+        yield ev(None, 'b')
+        idx.listed('kex')
+        yield ev('ADDED', 'c')
+        yield ev(None, 'b')
+        yield ev(None, 'd')
+        idx.listed('kex')
+        yield ev('ADDED', 'e')
+
+    seen = []
+    async for _ in idx.indexed(stream(), listing='kex', registry=registry, selector=SELECTOR, resource=RESOLVED,
+                               config=OperatorConfig(), memo=None):
+        seen.append(sorted(idx['names'].get(None, [])))
+    assert seen == [['a'], ['a', 'b'], ['a', 'b', 'c'], ['a', 'b', 'c'], ['a', 'b', 'c', 'd'], ['b', 'd', 'e']]
+    assert idx.is_ready
+
+
+async def test_an_empty_listing_forgets_everything_the_stream_has_indexed(registry):
+    kopf.index(*RESOURCE, id='names', registry=registry)(lambda name, **_: name)
+    idx = OperatorIndexes(registry)
+
+    async def stream():
+        yield ev(None, 'a')
+        idx.listed('kex')
+        yield ev('ADDED', 'b')
+        idx.listed('kex')  # relisted: nothing there
+
+    async for _ in idx.indexed(stream(), listing='kex', registry=registry, selector=SELECTOR, resource=RESOLVED,
+                               config=OperatorConfig(), memo=None):
+        pass
+    assert dict(idx['names']) == {}
 
 
 async def test_index_names_are_unique_across_resources(registry):
