@@ -38,7 +38,7 @@ from kopf.errors import (
     PermanentError,
     TemporaryError,
 )
-from kopf.on import daemon, execute, register, subhandler, timer
+from kopf.on import daemon, execute, index, register, subhandler, timer
 from kopf.reactor import lifecycles
 from kopf.reactor.causation import Reason
 from kopf.reactor.filters import ABSENT, PRESENT, all_, any_, none_, not_
@@ -76,6 +76,7 @@ from kopf.structs.hierarchies import (
     remove_owner_reference,
 )
 from kopf.structs.ids import HandlerId
+from kopf.structs.indexes import Index, Store
 from kopf.structs.patches import Patch
 from kopf.structs.resources import EVERYTHING, Resource
 from kopf.structs.reviews import (
@@ -133,6 +134,7 @@ __all__ = [
     'HandlerRetriesError',
     'HandlerTimeoutError',
     'Headers',
+    'Index',
     'Labels',
     'LocalObjectLogger',
     'LogFormat',
@@ -166,6 +168,7 @@ __all__ = [
     'Status',
     'StatusDiffBaseStorage',
     'StatusProgressStorage',
+    'Store',
     'SyncDaemonStopperChecker',
     'TemporaryError',
     'UserInfo',
@@ -195,6 +198,7 @@ __all__ = [
     'get_default_lifecycle',
     'get_default_registry',
     'harmonize_naming',
+    'index',
     'info',
     'label',
     'lifecycles',

@@ -15,13 +15,14 @@ from typing import Any, TypeVar
 from kopf.errors import ErrorsMode
 from kopf.reactor import registries, subhandling
 from kopf.reactor.causation import Reason
-from kopf.reactor.filters import MetaFilter, WhenFilter
+from kopf.reactor.filters import MetaFilter, ValueFilter, WhenFilter, check_field_filters
 from kopf.reactor.registries import (
     Activity,
     ActivityHandler,
     AdmissionHandler,
     ChangingHandler,
     DaemonHandler,
+    IndexingHandler,
     OperatorRegistry,
     TimerHandler,
     WatchingHandler,
@@ -40,6 +41,7 @@ Decorator = Callable[[F], F]
 ActivityDecorator = Decorator[Callable[..., Any]]
 ChangingDecorator = Decorator[Callable[..., Any]]
 WatchingDecorator = Decorator[Callable[..., Any]]
+IndexingDecorator = Decorator[Callable[..., Any]]
 WebhookDecorator = Decorator[Callable[..., Any]]
 DaemonDecorator = Decorator[Callable[..., Any]]
 TimerDecorator = Decorator[Callable[..., Any]]
@@ -124,13 +126,20 @@ def create(
         labels: MetaFilter | None = None,
         annotations: MetaFilter | None = None,
         when: WhenFilter | None = None,
+        field: dicts.FieldSpec | None = None,
+        value: ValueFilter = None,
         param: Any = None,
         registry: OperatorRegistry | None = None,
 ) -> Decorator[F]:
-    """Called when an object is created (or first seen without a last-handled configuration)."""
+    """
+    Called when an object is created (or first seen without a last-handled configuration).
+
+    ``field=`` with ``value=`` (default: ``kopf.PRESENT``) narrows it down to
+    objects with that field's value, as do the other handlers' ``field=``.
+    """
     return _changing(resource, Reason.CREATE, id=id, retries=retries, timeout=timeout, backoff=backoff,
                      errors=errors, labels=labels, annotations=annotations, when=when, param=param,
-                     registry=registry)
+                     registry=registry, field=field, value=value)
 
 
 def update(
@@ -143,13 +152,23 @@ def update(
         labels: MetaFilter | None = None,
         annotations: MetaFilter | None = None,
         when: WhenFilter | None = None,
+        field: dicts.FieldSpec | None = None,
+        value: ValueFilter = None,
+        old: ValueFilter = None,
+        new: ValueFilter = None,
         param: Any = None,
         registry: OperatorRegistry | None = None,
 ) -> Decorator[F]:
-    """Called when an object's essence (spec, labels, annotations, ...) has changed; ``diff`` says how."""
+    """
+    Called when an object's essence (spec, labels, annotations, ...) has changed; ``diff`` says how.
+
+    With ``field=``, only when that field has changed (``old``, ``new``,
+    ``diff`` are the field's); ``value=`` narrows it down to changes from or
+    to a value, ``old=``/``new=`` to changes from and to values.
+    """
     return _changing(resource, Reason.UPDATE, id=id, retries=retries, timeout=timeout, backoff=backoff,
                      errors=errors, labels=labels, annotations=annotations, when=when, param=param,
-                     registry=registry)
+                     registry=registry, field=field, value=value, old=old, new=new)
 
 
 def resume(
@@ -162,13 +181,15 @@ def resume(
         labels: MetaFilter | None = None,
         annotations: MetaFilter | None = None,
         when: WhenFilter | None = None,
+        field: dicts.FieldSpec | None = None,
+        value: ValueFilter = None,
         param: Any = None,
         registry: OperatorRegistry | None = None,
 ) -> Decorator[F]:
     """Called when the operator starts and finds an object that it has handled before."""
     return _changing(resource, Reason.RESUME, id=id, retries=retries, timeout=timeout, backoff=backoff,
                      errors=errors, labels=labels, annotations=annotations, when=when, param=param,
-                     registry=registry)
+                     registry=registry, field=field, value=value)
 
 
 def delete(
@@ -181,6 +202,8 @@ def delete(
         labels: MetaFilter | None = None,
         annotations: MetaFilter | None = None,
         when: WhenFilter | None = None,
+        field: dicts.FieldSpec | None = None,
+        value: ValueFilter = None,
         optional: bool = False,
         param: Any = None,
         registry: OperatorRegistry | None = None,
@@ -193,7 +216,7 @@ def delete(
     """
     return _changing(resource, Reason.DELETE, id=id, retries=retries, timeout=timeout, backoff=backoff,
                      errors=errors, labels=labels, annotations=annotations, when=when, param=param,
-                     registry=registry, optional=optional)
+                     registry=registry, field=field, value=value, optional=optional)
 
 
 def field(
@@ -207,6 +230,9 @@ def field(
         labels: MetaFilter | None = None,
         annotations: MetaFilter | None = None,
         when: WhenFilter | None = None,
+        value: ValueFilter = None,
+        old: ValueFilter = None,
+        new: ValueFilter = None,
         param: Any = None,
         registry: OperatorRegistry | None = None,
 ) -> Decorator[F]:
@@ -214,14 +240,14 @@ def field(
     Called when one field (e.g. ``'spec.size'``) has changed, on creation or update.
 
     ``old``, ``new`` and ``diff`` are those of the field. The handler's id
-    is ``fn/spec.size`` (or ``id/spec.size``).
+    is ``fn/spec.size`` (or ``id/spec.size``). ``value=`` narrows it down to
+    changes from or to a value, ``old=``/``new=`` to changes from and to values.
     """
-    path = dicts.parse_field(field)
-    if not path:
+    if not dicts.parse_field(field):
         raise ValueError("A field handler needs a non-empty field=, e.g. 'spec.size'.")
     return _changing(resource, None, id=id, retries=retries, timeout=timeout, backoff=backoff,
                      errors=errors, labels=labels, annotations=annotations, when=when, param=param,
-                     registry=registry, field=path)
+                     registry=registry, field=field, value=value, old=old, new=new)
 
 
 def event(
@@ -230,16 +256,21 @@ def event(
         labels: MetaFilter | None = None,
         annotations: MetaFilter | None = None,
         when: WhenFilter | None = None,
+        field: dicts.FieldSpec | None = None,
+        value: ValueFilter = None,
         param: Any = None,
         registry: OperatorRegistry | None = None,
 ) -> Decorator[F]:
     """Called for every watch event of an object, with ``type`` and ``event``; never retried."""
     selector = Selector.from_args(*resource)
+    check_field_filters(field=field, value=value)
+    path = dicts.parse_field(field) or None
 
     def decorator(fn: F) -> F:
+        base = id if id is not None else default_id(fn)
         handler = WatchingHandler(
-            fn=fn, id=HandlerId(id if id is not None else default_id(fn)),
-            labels=labels, annotations=annotations, when=when, param=param)
+            fn=fn, id=field_id(base, path) if path else HandlerId(base),
+            labels=labels, annotations=annotations, when=when, field=path, value=value, param=param)
         _registry(registry).register_watching_handler(selector, handler)
         return fn
     return decorator
@@ -260,6 +291,8 @@ def daemon(
         labels: MetaFilter | None = None,
         annotations: MetaFilter | None = None,
         when: WhenFilter | None = None,
+        field: dicts.FieldSpec | None = None,
+        value: ValueFilter = None,
         optional: bool = False,
         registry: OperatorRegistry | None = None,
 ) -> Decorator[F]:
@@ -274,6 +307,8 @@ def daemon(
     """
     selector = Selector.from_args(*resource)
     _check_policy(retries=retries, timeout=timeout, backoff=backoff)
+    check_field_filters(field=field, value=value)
+    path = dicts.parse_field(field) or None
     _check_seconds(initial_delay=initial_delay, cancellation_backoff=cancellation_backoff,
                    cancellation_timeout=cancellation_timeout)
     if cancellation_polling is not None and not cancellation_polling > 0:
@@ -284,7 +319,8 @@ def daemon(
             fn=fn, id=HandlerId(id if id is not None else default_id(fn)), param=param, errors=errors,
             timeout=timeout, retries=retries, backoff=backoff, initial_delay=initial_delay, optional=optional,
             cancellation_backoff=cancellation_backoff, cancellation_timeout=cancellation_timeout,
-            cancellation_polling=cancellation_polling, labels=labels, annotations=annotations, when=when)
+            cancellation_polling=cancellation_polling, labels=labels, annotations=annotations, when=when,
+            field=path, value=value)
         _registry(registry).register_spawning_handler(selector, handler)
         return fn
     return decorator
@@ -305,6 +341,8 @@ def timer(
         labels: MetaFilter | None = None,
         annotations: MetaFilter | None = None,
         when: WhenFilter | None = None,
+        field: dicts.FieldSpec | None = None,
+        value: ValueFilter = None,
         optional: bool = False,
         registry: OperatorRegistry | None = None,
 ) -> Decorator[F]:
@@ -318,6 +356,8 @@ def timer(
     """
     selector = Selector.from_args(*resource)
     _check_policy(retries=retries, timeout=timeout, backoff=backoff)
+    check_field_filters(field=field, value=value)
+    path = dicts.parse_field(field) or None
     _check_seconds(initial_delay=initial_delay, idle=idle)
     if interval is not None and not interval > 0:
         raise ValueError(f"interval= must be a positive number of seconds, got {interval!r}.")
@@ -326,11 +366,55 @@ def timer(
         handler = TimerHandler(
             fn=fn, id=HandlerId(id if id is not None else default_id(fn)), param=param, errors=errors,
             timeout=timeout, retries=retries, backoff=backoff, initial_delay=initial_delay, optional=optional,
-            interval=interval, idle=idle, sharp=bool(sharp), labels=labels, annotations=annotations, when=when)
+            interval=interval, idle=idle, sharp=bool(sharp), labels=labels, annotations=annotations, when=when,
+            field=path, value=value)
         _registry(registry).register_spawning_handler(selector, handler)
         return fn
     return decorator
 
+
+
+def index(
+        *resource: str | Marker,
+        id: str | None = None,
+        errors: ErrorsMode | None = None,
+        timeout: float | None = None,
+        retries: int | None = None,
+        backoff: float | None = None,
+        labels: MetaFilter | None = None,
+        annotations: MetaFilter | None = None,
+        when: WhenFilter | None = None,
+        field: dicts.FieldSpec | None = None,
+        value: ValueFilter = None,
+        param: Any = None,
+        registry: OperatorRegistry | None = None,
+) -> Decorator[F]:
+    """
+    An index function: its results for all objects of the resource form an in-memory index.
+
+    Every handler of the operator gets the index as the keyword argument
+    named by the function (or ``id=``): a :class:`kopf.Index` of keys to
+    :class:`kopf.Store` collections of values. The function returns
+    ``{key: value, ...}``, a value (under the key ``None``), or ``None`` to
+    keep what the object has in the index. Handlers of objects run only once
+    the initial listing has filled every index. ``errors=`` is ``IGNORED`` by
+    default (the object's values stay as they were); with ``TEMPORARY`` or
+    ``PERMANENT``, a failing object's values are removed and it is not
+    indexed again for ``backoff=`` seconds or at all.
+    """
+    selector = Selector.from_args(*resource)
+    _check_policy(retries=retries, timeout=timeout, backoff=backoff)
+    check_field_filters(field=field, value=value)
+    path = dicts.parse_field(field) or None
+
+    def decorator(fn: F) -> F:
+        handler = IndexingHandler(
+            fn=fn, id=HandlerId(id if id is not None else default_id(fn)), errors=errors, timeout=timeout,
+            retries=retries, backoff=backoff, labels=labels, annotations=annotations, when=when,
+            field=path, value=value, param=param)
+        _registry(registry).register_indexing_handler(selector, handler)
+        return fn
+    return decorator
 
 def validate(
         *resource: str,
@@ -345,6 +429,8 @@ def validate(
         labels: MetaFilter | None = None,
         annotations: MetaFilter | None = None,
         when: WhenFilter | None = None,
+        field: dicts.FieldSpec | None = None,
+        value: ValueFilter = None,
         registry: OperatorRegistry | None = None,
 ) -> Decorator[F]:
     """
@@ -358,7 +444,7 @@ def validate(
     return _admission(resource, WebhookType.VALIDATING, id=id, param=param, operation=operation,
                       operations=operations, subresource=subresource, persistent=persistent,
                       side_effects=side_effects, ignore_failures=ignore_failures, labels=labels,
-                      annotations=annotations, when=when, registry=registry)
+                      annotations=annotations, when=when, field=field, value=value, registry=registry)
 
 
 def mutate(
@@ -374,6 +460,8 @@ def mutate(
         labels: MetaFilter | None = None,
         annotations: MetaFilter | None = None,
         when: WhenFilter | None = None,
+        field: dicts.FieldSpec | None = None,
+        value: ValueFilter = None,
         registry: OperatorRegistry | None = None,
 ) -> Decorator[F]:
     """
@@ -384,7 +472,7 @@ def mutate(
     return _admission(resource, WebhookType.MUTATING, id=id, param=param, operation=operation,
                       operations=operations, subresource=subresource, persistent=persistent,
                       side_effects=side_effects, ignore_failures=ignore_failures, labels=labels,
-                      annotations=annotations, when=when, registry=registry)
+                      annotations=annotations, when=when, field=field, value=value, registry=registry)
 
 
 def subhandler(
@@ -466,17 +554,23 @@ def _changing(
         param: Any,
         registry: OperatorRegistry | None,
         optional: bool = False,
-        field: dicts.FieldPath | None = None,
+        field: dicts.FieldSpec | None = None,
+        value: ValueFilter = None,
+        old: ValueFilter = None,
+        new: ValueFilter = None,
 ) -> Decorator[F]:
     selector = Selector.from_args(*resource)
     _check_policy(retries=retries, timeout=timeout, backoff=backoff)
+    check_field_filters(field=field, value=value, old=old, new=new)
+    path = dicts.parse_field(field) or None
 
     def decorator(fn: F) -> F:
+        # As in Kopf, a handler with a field is known as ``fn/spec.field``: one function may watch several.
         base = id if id is not None else default_id(fn)
         handler = ChangingHandler(
-            fn=fn, id=field_id(base, field) if field else HandlerId(base), reason=reason, field=field,
-            optional=optional, errors=errors, timeout=timeout, retries=retries, backoff=backoff,
-            labels=labels, annotations=annotations, when=when, param=param)
+            fn=fn, id=field_id(base, path) if path else HandlerId(base), reason=reason, field=path,
+            value=value, old=old, new=new, optional=optional, errors=errors, timeout=timeout, retries=retries,
+            backoff=backoff, labels=labels, annotations=annotations, when=when, param=param)
         _registry(registry).register_changing_handler(selector, handler)
         return fn
     return decorator
@@ -498,18 +592,23 @@ def _admission(
         annotations: MetaFilter | None,
         when: WhenFilter | None,
         registry: OperatorRegistry | None,
+        field: dicts.FieldSpec | None = None,
+        value: ValueFilter = None,
 ) -> Decorator[F]:
     selector = Selector.from_args(*resource)
+    check_field_filters(field=field, value=value)
+    path = dicts.parse_field(field) or None
     allowed = _operations(operation=operation, operations=operations)
     if subresource is not None and (not isinstance(subresource, str) or not subresource or '/' in subresource):
         raise ValueError(f"subresource= is a subresource's name such as 'status', or '*'; got {subresource!r}.")
 
     def decorator(fn: F) -> F:
+        base = id if id is not None else default_id(fn)
         handler = AdmissionHandler(
-            fn=fn, id=HandlerId(id if id is not None else default_id(fn)), type=type, param=param,
+            fn=fn, id=field_id(base, path) if path else HandlerId(base), type=type, param=param,
             operations=allowed, subresource=subresource, persistent=bool(persistent),
             side_effects=bool(side_effects), ignore_failures=bool(ignore_failures),
-            labels=labels, annotations=annotations, when=when)
+            labels=labels, annotations=annotations, when=when, field=path, value=value)
         _registry(registry).register_admission_handler(selector, handler)
         return fn
     return decorator

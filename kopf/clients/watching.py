@@ -25,7 +25,7 @@ import enum
 import json
 import logging
 import math
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Literal, Protocol, TypeAlias, TypedDict, TypeVar
 
 import aiohttp
@@ -87,12 +87,15 @@ async def infinite_watch(
         settings: WatchSettings,
         stop: asyncio.Event | None = None,
         logger: Logger | None = None,
+        on_listed: Callable[[], None] | None = None,
 ) -> AsyncIterator[RawEvent]:
     """
     List the objects, then yield their changes, forever (until ``stop`` is set).
 
     Listed objects are yielded with ``type: None``; watch events as they come,
     except ``BOOKMARK`` (which only advances the ``resourceVersion``).
+    ``on_listed`` is called after the last object of every (re)listing has
+    been yielded -- i.e. consumed -- and before the watching starts.
     Connection errors and 5xx are retried with a growing back-off starting at
     ``settings.reconnect_backoff``, which resets as soon as a watch stream is
     established again; ``429`` waits as long as the server asks. A stream
@@ -118,6 +121,8 @@ async def infinite_watch(
                     yield event
                     if stopper.is_set():
                         return
+                if on_listed is not None:
+                    on_listed()
 
             stream = _watch_once(context=context, resource=resource, namespace=namespace,
                                  settings=settings, resource_version=tracker.resource_version,

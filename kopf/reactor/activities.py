@@ -8,6 +8,7 @@ retries sleep in place, and an operator that is restarted starts them anew.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from kopf.config import OperatorConfig
@@ -28,16 +29,19 @@ async def run_activity(
         memo: Any,
         logger: Logger,
         clock: Clock = SYSTEM_CLOCK,
+        indexes: Mapping[str, Any] | None = None,
 ) -> dict[HandlerId, Any]:
     """
     Run all handlers of an activity (startup, cleanup, login) until each has finished.
 
     Returns the results by handler id; raises :class:`kopf.ActivityError` if
     any handler has failed permanently (after all others have finished).
+    The handlers get the ``indexes`` as they are (maybe not filled yet).
     """
     activity = Activity(activity)
     handlers = registry.get_activity_handlers(activity)
-    arguments = Arguments(operator=OperatorArguments(logger=logger, memo=memo, config=config), activity=activity)
+    arguments = Arguments(operator=OperatorArguments(logger=logger, memo=memo, config=config, indexes=indexes or {}),
+                          activity=activity)
     state = State(clock=clock).with_handlers(handler.id for handler in handlers)
     results: dict[HandlerId, Any] = {}
     errors: dict[str, BaseException] = {}

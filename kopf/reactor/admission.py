@@ -46,12 +46,15 @@ async def serve_admission_request(
         resources: Mapping[Selector, Resource],
         config: OperatorConfig,
         memo: Any,
+        indexes: Mapping[str, Any] | None = None,
 ) -> Review:
     """
     Answer one AdmissionReview; raises :class:`~kopf.structs.reviews.InvalidReviewError` if it is not one.
 
     ``webhook`` (the handler id from the URL) limits the review to that
-    handler; without it, all admission handlers of the resource run.
+    handler; without it, all admission handlers of the resource run. The
+    handlers get the ``indexes`` as they are (maybe not filled yet: admission
+    does not wait, or the API server would time out).
     """
     request = reviews.parse_review(payload)
     resource, handlers = _select(registry, resources, request, webhook=webhook)
@@ -72,7 +75,7 @@ async def serve_admission_request(
     mutated: Any = original
     for handler in handlers:
         patch = Patch()
-        kwargs = {**base, 'patch': patch, 'param': handler.param}
+        kwargs = {**base, 'patch': patch, 'param': handler.param, **(indexes or {})}
         try:
             if not registries.matches(handler, body=body, kwargs=kwargs):
                 continue

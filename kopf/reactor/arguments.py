@@ -6,7 +6,10 @@ operator's ``logger``, ``memo`` and ``config``/``settings``; handlers of
 objects get the object (``body``, ``spec``, ``meta``, ... and ``patch``);
 handlers of a cause get ``reason``, ``old``, ``new``, ``diff``; retried
 handlers get ``retry``, ``started``, ``runtime``; event handlers get
-``type`` and ``event``; activity handlers get ``activity``. Each group is a
+``type`` and ``event``; activity handlers get ``activity``; and every
+handler gets the operator's indexes, each by its name (they win over any
+other keyword argument of the same name, so that a name chosen for an index
+stays the index's even if the framework adds a keyword later). Each group is a
 frozen part of :class:`Arguments`, so the cycle passes typed values around
 and nobody mutates a shared dict; :meth:`Arguments.render` makes the dict
 for one call, and the dict is dropped with the call.
@@ -45,11 +48,12 @@ class Attempts(Protocol):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class OperatorArguments:
-    """What every handler gets."""
+    """What every handler gets; ``indexes`` by their names."""
 
     logger: Logger
     memo: Any
     config: OperatorConfig
+    indexes: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def render(self) -> dict[str, Any]:
         return {'logger': self.logger, 'memo': self.memo, 'config': self.config, 'settings': self.config}
@@ -153,4 +157,5 @@ class Arguments:
         if self.activity is not None:
             kwargs['activity'] = self.activity
         kwargs['param'] = self.param
+        kwargs.update(self.operator.indexes)
         return kwargs

@@ -91,7 +91,7 @@ Adding handler kinds
 ====================
 
 Handlers that react to every event rather than to a cause (event handlers
-today; indexes, daemons and timers) are **stages**: functions of the shape
+today; daemons and timers) are **stages**: functions of the shape
 :class:`Stage`, listed in :data:`STAGES` or given to :func:`handle_object` as
 ``stages=`` (for kinds that need per-operator state, e.g. running daemons).
 A stage sees the cause (so a daemon can stop on ``GONE`` or deletion) and
@@ -101,6 +101,10 @@ cycle sleeps for the soonest of all delays. A stage that answers
 it answers otherwise (daemons that are still stopping): the delete handlers
 run meanwhile, and their progress is kept, not concluded. Kinds with
 persisted progress of their own plug into :data:`ACTIONS` instead.
+
+Indexes are kept in the watch streams, before the events reach the cycle
+(:mod:`~kopf.reactor.indexing`): the cycle only waits until the initial
+listings have filled them, before it calls any handler or filter.
 """
 from __future__ import annotations
 
@@ -120,6 +124,7 @@ from kopf.reactor.arguments import (
     OperatorArguments,
 )
 from kopf.reactor.causation import Cause, Reason
+from kopf.reactor.indexing import OperatorIndexes
 from kopf.reactor.progression import SYSTEM_CLOCK, Clock, HandlerState
 from kopf.reactor.registries import OperatorRegistry, ResourceKey
 from kopf.storage import finalizers, persistence
@@ -127,6 +132,7 @@ from kopf.storage.persistence import Persistence
 from kopf.structs.bodies import Body
 from kopf.structs.ids import HandlerId
 from kopf.structs.patches import Patch
+from kopf.structs.resources import Resource
 
 
 @dataclasses.dataclass(frozen=True)
@@ -294,18 +300,24 @@ async def handle_object(
         lifecycle: lifecycles.LifeCycleFn | None = None,
         clock: Clock = SYSTEM_CLOCK,
         stages: Sequence[Stage] = STAGES,
+        indexes: OperatorIndexes | None = None,
+        resolved: Resource | None = None,
 ) -> HandlingResult:
     """
     Handle one event of one object and say what to patch and when to come back.
 
     ``first_seen`` must be true only for the first event of the object since
-    the operator started: it makes a handled object resume.
+    the operator started: it makes a handled object resume. ``indexes`` are
+    given to the handlers, once the initial listings have filled them.
+    ``resolved`` is the resource as served (the handlers' ``resource``).
     """
+    if indexes is not None:
+        await indexes.ready()
     storage = Persistence(progress=config.persistence.progress_storage,
                           diffbase=config.persistence.diffbase_storage,
                           body=body, extra_fields=registry.get_extra_fields(resource))
-    arguments = Arguments(operator=OperatorArguments(logger=logger, memo=memo, config=config),
-                          object=ObjectArguments(body=body, patch=Patch(), resource=resource))
+    arguments = Arguments(operator=OperatorArguments(logger=logger, memo=memo, config=config, indexes=indexes or {}),
+                          object=ObjectArguments(body=body, patch=Patch(), resource=resolved or resource))
     handled = registry.has_changing_handlers(resource)
     cause = await causation.detect(
         event_type=event_type, body=body, finalizer=config.persistence.finalizer, first_seen=first_seen,

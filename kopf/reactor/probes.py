@@ -28,13 +28,14 @@ async def serve_liveness(
         registry: OperatorRegistry,
         config: OperatorConfig,
         memo: Any,
+        indexes: Mapping[str, Any] | None = None,
 ) -> probing.LivenessServer | None:
     """Start the liveness endpoint if one is asked for; raises :class:`probing.LivenessError` if it cannot."""
     if url is None:
         return None
 
     async def run() -> Mapping[str, Any]:
-        return await run_probes(registry=registry, config=config, memo=memo)
+        return await run_probes(registry=registry, config=config, memo=memo, indexes=indexes)
 
     server = probing.LivenessServer(url, health=health,
                                     probes=probing.ProbeCache(run, period=lambda: config.probing.cache_period))
@@ -42,14 +43,20 @@ async def serve_liveness(
     return server
 
 
-async def run_probes(*, registry: OperatorRegistry, config: OperatorConfig, memo: Any) -> Mapping[str, Any]:
+async def run_probes(
+        *,
+        registry: OperatorRegistry,
+        config: OperatorConfig,
+        memo: Any,
+        indexes: Mapping[str, Any] | None = None,
+) -> Mapping[str, Any]:
     """The probes' results by id; :class:`probing.ProbeError` names the failed ones and their errors."""
     once = OperatorRegistry()
     for handler in registry.get_activity_handlers(Activity.PROBE):
         once.register_activity_handler(_once(handler))
     try:
         results = await activities.run_activity(registry=once, activity=Activity.PROBE, config=config, memo=memo,
-                                              logger=_quiet_logger)
+                                              logger=_quiet_logger, indexes=indexes)
     except ActivityError as e:
         failures = '; '.join(f"{id}: {type(error).__name__}: {error}" for id, error in e.errors.items())
         raise probing.ProbeError(failures) from e

@@ -26,6 +26,7 @@ from kopf.clients.errors import APIConflictError, APIConnectionError, APIServerE
 from kopf.config import OperatorConfig
 from kopf.engines.loggers import ObjectLogger
 from kopf.reactor import cycle
+from kopf.reactor.indexing import OperatorIndexes
 from kopf.reactor.queueing import ProcessingOutcome, RawEvent, object_key
 from kopf.reactor.registries import OperatorRegistry
 from kopf.structs.bodies import Body
@@ -51,6 +52,7 @@ class ResourceWatch:
     memo: Any
     seen: MutableSet[str] = dataclasses.field(default_factory=set)  # objects seen since the start
     stages: Sequence[cycle.Stage] = cycle.STAGES  # what runs on every event (e.g. the resource's daemons)
+    indexes: OperatorIndexes | None = None  # the operator's indexes, for the handlers
 
 
 async def process_event(watch: ResourceWatch, raw_event: RawEvent, woken_up: bool) -> ProcessingOutcome:
@@ -72,7 +74,7 @@ async def process_event(watch: ResourceWatch, raw_event: RawEvent, woken_up: boo
     result = await cycle.handle_object(
         registry=watch.registry, config=watch.config, resource=watch.selector,
         event_type=raw_event.get('type'), body=body, first_seen=first_seen, memo=watch.memo, logger=logger,
-        stages=watch.stages)
+        stages=watch.stages, indexes=watch.indexes, resolved=watch.resource)
     if not result.patch:
         return ProcessingOutcome(delay=result.delay)
     return await _send(watch, body=body, patch=result.patch, delay=result.delay, logger=logger,

@@ -74,6 +74,8 @@ class ResourceHandler(BaseHandler):
     labels: filters.MetaFilter | None = dataclasses.field(default=None, hash=False)
     annotations: filters.MetaFilter | None = dataclasses.field(default=None, hash=False)
     when: filters.WhenFilter | None = None
+    field: dicts.FieldPath | None = None
+    value: filters.ValueFilter = dataclasses.field(default=None, hash=False)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -83,12 +85,19 @@ class ChangingHandler(ResourceHandler):
 
     ``reason`` is ``None`` for field handlers (they join the create and update
     causes when their field changed) and for sub-handlers (they run with
-    their parent's cause).
+    their parent's cause). ``old``/``new`` filter the field's change (see
+    :attr:`watches_change`).
     """
 
     reason: Reason | None = None
-    field: dicts.FieldPath | None = None
     optional: bool = False
+    old: filters.ValueFilter = dataclasses.field(default=None, hash=False)
+    new: filters.ValueFilter = dataclasses.field(default=None, hash=False)
+
+    @property
+    def watches_change(self) -> bool:
+        """Whether the handler is about a change of its field (update and field handlers), not its value."""
+        return bool(self.field) and self.reason in (None, Reason.UPDATE)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -150,6 +159,16 @@ class TimerHandler(SpawningHandler):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class IndexingHandler(ResourceHandler):
+    """
+    An index function: called for every watch event, its results kept in an in-memory index.
+
+    The index is passed to all handlers as the keyword argument named by the
+    handler's id. ``errors=`` is ``IGNORED`` unless given.
+    """
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class AdmissionHandler(ResourceHandler):
     """
     A validating or mutating admission handler: called by the API server before it stores a change.
@@ -179,10 +198,8 @@ def field_id(base: str, field: dicts.FieldPath) -> HandlerId:
 
 
 def matches(handler: ResourceHandler, *, body: Body, kwargs: Mapping[str, Any]) -> bool:
-    """Whether the handler's filters accept the object; ``kwargs`` are what ``when=`` receives."""
-    return (filters.match_meta(handler.labels, body.metadata.labels) and
-            filters.match_meta(handler.annotations, body.metadata.annotations) and
-            filters.match_when(handler.when, kwargs))
+    """Whether the handler's filters accept the object as it is; ``kwargs`` are what the filter callbacks get."""
+    return filters.match(handler, body=body, kwargs=kwargs)
 
 
 def _selects(selector: Selector, resource: ResourceKey) -> bool:
@@ -219,6 +236,7 @@ class OperatorRegistry:
         self._watching: dict[Selector, list[WatchingHandler]] = {}
         self._admission: dict[Selector, list[AdmissionHandler]] = {}
         self._spawning: dict[Selector, list[SpawningHandler]] = {}
+        self._indexing: dict[Selector, list[IndexingHandler]] = {}
 
     # Registration.
 
@@ -268,12 +286,21 @@ class OperatorRegistry:
                     f"Pass a unique id= to one of them.")
         self._admission.setdefault(selector, []).append(handler)
 
+    def register_indexing_handler(self, selector: Selector, handler: IndexingHandler) -> None:
+        # The id is the keyword argument of the index in every handler: one name, one index.
+        for other, existing in self.iter_indexing_handlers():
+            if existing.id == handler.id:
+                raise DuplicateHandlerError(
+                    f"Two indexes are named {handler.id!r} ({existing.fn!r} for {other} and {handler.fn!r} "
+                    f"for {selector}); handlers get indexes by name. Pass a unique id= to one of them.")
+        self._indexing.setdefault(selector, []).append(handler)
+
     # Queries.
 
     @property
     def selectors(self) -> tuple[Selector, ...]:
         """All resources with handlers, in the order of their first registration."""
-        return tuple(dict.fromkeys([*self._changing, *self._watching, *self._spawning]))
+        return tuple(dict.fromkeys([*self._changing, *self._watching, *self._spawning, *self._indexing]))
 
     @property
     def admission_selectors(self) -> tuple[Selector, ...]:
@@ -297,6 +324,15 @@ class OperatorRegistry:
 
     def has_admission_handlers(self) -> bool:
         return any(self._admission.values())
+
+    def iter_indexing_handlers(self) -> Iterator[tuple[Selector, IndexingHandler]]:
+        """All index functions with the resources they were declared for."""
+        for selector, handlers in list(self._indexing.items()):
+            for handler in handlers:
+                yield selector, handler
+
+    def get_indexing_handlers(self, resource: ResourceKey) -> list[IndexingHandler]:
+        return list(_unique(self._select(self._indexing, resource)))
 
     def get_activity_handlers(self, activity: Activity) -> list[ActivityHandler]:
         return [handler for handler in self._activity if handler.activity == activity]
@@ -328,13 +364,15 @@ class OperatorRegistry:
 
     def get_extra_fields(self, resource: ResourceKey) -> list[dicts.FieldPath]:
         """
-        Fields watched by field handlers outside of what the diff-base keeps by itself.
+        Fields whose changes handlers watch, outside of what the diff-base keeps by itself.
 
         The essence keeps the spec, labels, annotations and other top-level
-        user fields, but not the status: a field handler on ``status.x``
-        needs ``status.x`` to be added explicitly.
+        user fields, but not the status: a field handler (or an update
+        handler with ``field=``) on ``status.x`` needs ``status.x`` to be
+        added explicitly.
         """
-        fields = [h.field for h in self.get_field_handlers(resource) if h.field]
+        handlers = self.get_all_changing_handlers(resource)
+        fields = [h.field for h in handlers if h.field and h.watches_change]
         return list(dict.fromkeys(f for f in fields if f[0] not in ('spec', 'metadata')))
 
     def requires_finalizer(

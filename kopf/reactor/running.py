@@ -21,7 +21,7 @@ from kopf.clients import auth, discovery, events, watching
 from kopf.clients.auth import APIContext
 from kopf.config import OperatorConfig
 from kopf.engines import posting, probing
-from kopf.reactor import activities, cycle, daemons, fencing, peering, probes, processing, queueing, serving
+from kopf.reactor import activities, cycle, daemons, fencing, indexing, peering, probes, processing, queueing, serving
 from kopf.reactor.registries import Activity, OperatorRegistry, get_default_registry
 from kopf.structs.credentials import ConnectionInfo
 from kopf.structs.ephemera import Memo
@@ -185,36 +185,38 @@ async def _serve(
 ) -> None:
     stop = asyncio.Event()
     health = probing.Health()
+    indexes = indexing.OperatorIndexes(registry)
     # An embedding application that passes its own stop flag keeps its own signal handling.
     with _stop_on_signals(stop) if stop_flag is None else contextlib.nullcontext():
         # A port in use fails here, before anything else has started.
         try:
             liveness = await probes.serve_liveness(liveness_endpoint, health=health, registry=registry,
-                                                   config=config, memo=memo)
+                                                   config=config, memo=memo, indexes=indexes)
         except probing.LivenessError as e:
             raise OperatorError(str(e)) from e
         stopper = asyncio.create_task(_relay_stop_flag(stop_flag, stop)) if stop_flag is not None else None
         try:
             await activities.run_activity(registry=registry, activity=Activity.STARTUP, config=config,
-                                          memo=memo, logger=logger)
+                                          memo=memo, logger=logger, indexes=indexes)
             config.persistence.freeze()
             try:
                 async with contextlib.AsyncExitStack() as stack:
                     await stack.enter_async_context(_storages(config))
-                    info = await _login(registry=registry, config=config, memo=memo)
-                    relogin = functools.partial(_login, registry=registry, config=config, memo=memo)
+                    info = await _login(registry=registry, config=config, memo=memo, indexes=indexes)
+                    relogin = functools.partial(_login, registry=registry, config=config, memo=memo, indexes=indexes)
                     context = await stack.enter_async_context(_api_context(info, config=config, relogin=relogin))
                     resources = await _resolve(context, registry.selectors)
                     admitted = await _resolve(context, registry.admission_selectors)
                     await stack.enter_async_context(serving.admission_webhooks(
                         context=context, registry=registry, resources=admitted, config=config, memo=memo,
-                        stop=stop, namespaces=None if clusterwide else namespaces))
+                        stop=stop, namespaces=None if clusterwide else namespaces, indexes=indexes))
                     peers = await stack.enter_async_context(peering.peering(
                         context=context, config=config.peering, namespaces=namespaces,
                         clusterwide=clusterwide, stop=stop))
                     await _watch_all(context=context, resources=resources, registry=registry, config=config,
                                      memo=memo, namespaces=(None,) if clusterwide else namespaces,
-                                     stop=stop, ready_flag=ready_flag, health=health, peers=peers)
+                                     stop=stop, ready_flag=ready_flag, health=health, peers=peers,
+                                     indexes=indexes)
             except serving.AdmissionSetupError as e:
                 raise OperatorError(str(e)) from e
             except peering.PeeringError as e:
@@ -226,7 +228,7 @@ async def _serve(
             if liveness is not None:
                 await liveness.stop()
             await activities.run_activity(registry=registry, activity=Activity.CLEANUP, config=config,
-                                          memo=memo, logger=logger)
+                                          memo=memo, logger=logger, indexes=indexes)
     logger.info("The operator has stopped.")
 
 
@@ -242,10 +244,16 @@ async def _storages(config: OperatorConfig) -> AsyncIterator[None]:
         yield
 
 
-async def _login(*, registry: OperatorRegistry, config: OperatorConfig, memo: Any) -> ConnectionInfo:
+async def _login(
+        *,
+        registry: OperatorRegistry,
+        config: OperatorConfig,
+        memo: Any,
+        indexes: indexing.OperatorIndexes | None = None,
+) -> ConnectionInfo:
     """Credentials from the login handlers if there are any, else from the environment."""
     results = await activities.run_activity(registry=registry, activity=Activity.LOGIN, config=config,
-                                          memo=memo, logger=logger)
+                                          memo=memo, logger=logger, indexes=indexes)
     for result in results.values():
         if isinstance(result, ConnectionInfo):
             return result
@@ -303,6 +311,7 @@ async def _watch_all(
         ready_flag: StopFlag | None,
         health: probing.Health | None = None,
         peers: peering.Peering | None = None,
+        indexes: indexing.OperatorIndexes | None = None,
 ) -> None:
     """
     Watch every resource in every namespace, and post events, until stopped.
@@ -321,15 +330,21 @@ async def _watch_all(
     watch_stop = stop if peers is None else asyncio.Event()  # with peers: only after stepping down
     handling_context = context if gate is None else fencing.FencedAPIContext(context, gate)
     keepers: list[daemons.Daemons] = []  # the daemons and timers of every watch, stopped at exit
+    indexes = indexes if indexes is not None else indexing.OperatorIndexes(registry)
+    streams = [(selector, resource, namespace if resource.namespaced else None)
+               for selector, resource in resources.items()
+               for namespace in (namespaces if resource.namespaced else (None,))]
+    for selector, _, namespace in streams:
+        if registry.get_indexing_handlers(selector):
+            indexes.expect((selector, namespace))  # before any stream starts: handlers wait for all
     watchers = [
         asyncio.create_task(_watch_one(
             processing.ResourceWatch(context=handling_context, resource=resource, selector=selector,
-                                     registry=registry, config=config, memo=memo,
+                                     registry=registry, config=config, memo=memo, indexes=indexes,
                                      stages=_stages(registry, selector, resource, handling_context, keepers,
                                                     gate=gate)),
-            namespace=namespace if resource.namespaced else None, stop=watch_stop, gate=gate))
-        for selector, resource in resources.items()
-        for namespace in (namespaces if resource.namespaced else (None,))
+            namespace=namespace, stop=watch_stop, gate=gate))
+        for selector, resource, namespace in streams
     ]
     if health is not None:
         health.watching(watchers)
@@ -396,11 +411,20 @@ async def _watch_one(
         stop: asyncio.Event,
         gate: fencing.Gate | None = None,
 ) -> None:
+    indexes = watch.indexes
+    listing = (watch.selector, namespace)
+    listed = functools.partial(indexes.listed, listing) if indexes is not None else None
+
     def open_stream(until: asyncio.Event) -> AsyncIterator[watching.RawEvent]:
         return watching.infinite_watch(context=watch.context, resource=watch.resource, namespace=namespace,
-                                       settings=watch.config.watching, stop=until)
+                                       settings=watch.config.watching, stop=until, on_listed=listed)
 
+    stream: AsyncIterator[queueing.RawEvent]
     stream = open_stream(stop) if gate is None else fencing.gated_stream(gate, open_stream, stop=stop)
+    if indexes is not None and watch.registry.get_indexing_handlers(watch.selector):
+        # Every replica indexes every event, before the gate decides which objects it handles.
+        stream = indexes.indexed(stream, listing=listing, registry=watch.registry, selector=watch.selector,
+                                 resource=watch.resource, config=watch.config, memo=watch.memo)
     await queueing.watch_objects(stream=stream, processor=functools.partial(processing.process_event, watch),
                                  settings=watch.config.batching, gate=gate)
 

@@ -8,9 +8,14 @@ The handlers of a cause are those declared for it, plus:
   while the operator was away);
 
 each once (a function that is both an update and a resume handler runs
-once), and only if its filters accept the object: ``labels=``,
-``annotations=``, and ``when=`` (which receives the handler's own keyword
-arguments, e.g. the field's own ``old``/``new``/``diff`` for field handlers).
+once), and only if its filters accept the object (:mod:`~kopf.reactor.filters`):
+``labels=``, ``annotations=``, ``field=`` with ``value=`` (or ``old=``/``new=``),
+and ``when=``. Filter callbacks receive the handler's own keyword arguments,
+e.g. the field's own ``old``/``new``/``diff`` for handlers with a field.
+
+A handler of changes with a field (``on.update(field=...)``, ``on.field``)
+is interested only if its field has changed; the other handlers with a
+field check the field's current value.
 
 A filter that raises is reported and counts as "not interested" -- except for
 the finalizer: a failing filter of a delete handler keeps the finalizer,
@@ -18,7 +23,7 @@ because an unneeded finalizer costs less than delete handlers that cannot run.
 """
 from __future__ import annotations
 
-from kopf.reactor import registries
+from kopf.reactor import filters
 from kopf.reactor.arguments import Arguments, CauseArguments, Logger
 from kopf.reactor.causation import Cause, Reason
 from kopf.reactor.registries import ChangingHandler, OperatorRegistry, ResourceHandler, ResourceKey, WatchingHandler
@@ -30,7 +35,7 @@ from kopf.structs.ids import HandlerId
 def matches(handler: ResourceHandler, *, arguments: Arguments, logger: Logger) -> bool:
     """Whether the handler's filters accept the object; a failing filter is reported and skips the handler."""
     try:
-        return registries.matches(handler, body=_body(arguments), kwargs=arguments.for_handler(handler).render())
+        return _accepts(handler, arguments)
     except Exception:
         logger.exception("The filters of %s have failed; the handler is skipped.", handler)
         return False
@@ -47,7 +52,7 @@ def changing_handlers(
     """The handlers of the cause that are interested in this object, in their registration order."""
     candidates = registry.get_changing_handlers(resource, cause.reason)
     if cause.reason in (Reason.CREATE, Reason.UPDATE):
-        candidates += [h for h in registry.get_field_handlers(resource) if _field_changed(h, arguments)]
+        candidates += registry.get_field_handlers(resource)  # if their field has changed (see the filters)
     if cause.reason == Reason.UPDATE and cause.resuming:
         candidates += registry.get_changing_handlers(resource, Reason.RESUME)
     selected: dict[HandlerId, ChangingHandler] = {}
@@ -85,12 +90,11 @@ def requires_finalizer(
     cause = CauseArguments(reason=Reason.DELETE, old=essences.old, new=essences.new, diff=essences.diff)
     try:
         return any(
-            registries.matches(handler, body=_body(arguments),
-                               kwargs=arguments.with_cause(cause).for_handler(handler).render())
+            _accepts(handler, arguments.with_cause(cause))
             for handler in registry.get_changing_handlers(resource, Reason.DELETE)
             if not handler.optional
         ) or any(
-            registries.matches(handler, body=_body(arguments), kwargs=arguments.for_handler(handler).render())
+            _accepts(handler, arguments)
             for handler in registry.get_spawning_handlers(resource)
             if not handler.optional
         )
@@ -115,6 +119,14 @@ def _body(arguments: Arguments) -> Body:
     return arguments.object.body
 
 
-def _field_changed(handler: ChangingHandler, arguments: Arguments) -> bool:
-    view = arguments.for_handler(handler).cause
-    return bool(view is not None and view.diff)
+def _accepts(handler: ResourceHandler, arguments: Arguments) -> bool:
+    view = arguments.for_handler(handler)
+    return filters.match(handler, body=_body(arguments), kwargs=view.render(), transition=_transition(handler, view))
+
+
+def _transition(handler: ResourceHandler, view: Arguments) -> filters.Transition | None:
+    """How the field of a handler of changes has changed (``view.cause`` is already the field's own)."""
+    if not isinstance(handler, ChangingHandler) or not handler.watches_change or view.cause is None:
+        return None
+    return filters.Transition(before=view.cause.old, after=view.cause.new, changed=bool(view.cause.diff),
+                              old=handler.old, new=handler.new)

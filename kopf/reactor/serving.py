@@ -58,6 +58,7 @@ async def admission_webhooks(
         memo: Any,
         namespaces: Collection[str] | None,
         stop: asyncio.Event,
+        indexes: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[None]:
     """
     Serve the admission webhooks (if there are admission handlers) while the block runs.
@@ -77,7 +78,7 @@ async def admission_webhooks(
     check_settings(server=server, managed=managed)
     assert server is not None
     fn = functools.partial(admission.serve_admission_request, registry=registry, resources=resources,
-                           config=config, memo=memo)
+                           config=config, memo=memo, indexes=indexes)
     layout = functools.partial(build_webhooks, registry, resources, managed=managed or '', namespaces=namespaces)
     endpoints: asyncio.Queue[WebhookClientConfig] = asyncio.Queue()
     token = webhooks.api_server_var.set(context.server)

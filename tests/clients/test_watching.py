@@ -193,6 +193,29 @@ async def test_client_side_timeout_rewatches_from_the_last_version(aresponses, h
     assert len(list_requests(history)) == 1
 
 
+async def test_the_end_of_every_listing_is_reported_after_its_objects_are_consumed(aresponses, host, context,
+                                                                                    settings, stream_response):
+    aresponses.add(host, PATH, 'GET', listing(obj('a', '5'), obj('b', '6'), rv='10'))
+    aresponses.add(host, PATH, 'GET', stream_response(event('ADDED', obj('c', '11')), gone()))
+    aresponses.add(host, PATH, 'GET', listing(rv='70'))
+    seen = []
+    stop = asyncio.Event()
+
+    def listed():
+        seen.append('listed')
+        if seen.count('listed') == 2:
+            stop.set()
+
+    stream = infinite_watch(context=context, resource=KEX, namespace=None, settings=settings, stop=stop,
+                            on_listed=listed)
+    async with contextlib.aclosing(stream):
+        async for e in stream:
+            seen.append(e['type'] or e['object']['metadata']['name'])
+
+    # Once per listing, even an empty one; only after its last object has been taken.
+    assert seen == ['a', 'b', 'listed', 'ADDED', 'DELETED', 'DELETED', 'DELETED', 'listed']
+
+
 # --- 410 Gone and relisting -------------------------------------------------------------------------
 
 async def test_http_410_relists(aresponses, host, watch, history):

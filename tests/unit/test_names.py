@@ -158,21 +158,13 @@ KOPF_ON_NAMES = {
     'WebhookDecorator': 'alias',
 }
 
-ADMISSION = 'admission webhooks (kopf.on.validate/mutate, webhook servers and tunnels)'
-INDEXES = 'in-memory indexes (built on the redesigned handling cycle)'
 LOGIN = 'the login helpers for other Kubernetes clients (kopf.clients.auth)'
-PERSISTENCE = "the typed storages and Kopf's own state (kopf.storage)"
 
 # Names delivered by parallel work, by the feature they belong to.
 PENDING = {
-    'index': INDEXES,
-    'Index': INDEXES,
-    'Store': INDEXES,
     'AiohttpSession': LOGIN + ': a custom aiohttp session for the API client',
 }
-PENDING_ON = {
-    'index': INDEXES,
-    'IndexingDecorator': INDEXES,
+PENDING_ON: dict[str, str] = {
 }
 
 # Names of Kopf deliberately not provided, with the reason.

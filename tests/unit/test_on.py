@@ -118,6 +118,69 @@ def test_event_handlers(registry):
     assert handler.param == 5
 
 
+@pytest.mark.parametrize('decorator, reason', [
+    (kopf.on.create, Reason.CREATE),
+    (kopf.on.update, Reason.UPDATE),
+    (kopf.on.delete, Reason.DELETE),
+    (kopf.on.resume, Reason.RESUME),
+])
+def test_changing_handlers_with_field_filters_are_known_by_the_field_as_in_kopf(registry, decorator, reason):
+    decorator('pods', field='spec.size', value=3, registry=registry)(fn)
+    decorator('pods', id='named', field=['spec', 'size'], registry=registry)(fn)
+
+    selector, = registry.selectors
+    first, second = registry.get_changing_handlers(selector, reason)
+    assert (first.id, first.field, first.value) == ('fn/spec.size', ('spec', 'size'), 3)
+    assert (second.id, second.field, second.value) == ('named/spec.size', ('spec', 'size'), None)
+    assert first.watches_change is (reason == Reason.UPDATE)
+
+
+def test_update_and_field_handlers_filter_old_and_new_values(registry):
+    kopf.on.update('pods', id='u', field='spec.size', old=1, new=kopf.PRESENT, registry=registry)(fn)
+    kopf.on.field('pods', id='f', field='spec.size', value=2, registry=registry)(fn)
+
+    selector, = registry.selectors
+    update, = registry.get_changing_handlers(selector, Reason.UPDATE)
+    field, = registry.get_field_handlers(selector)
+    assert (update.old, update.new, update.value) == (1, kopf.PRESENT, None)
+    assert (field.old, field.new, field.value) == (None, None, 2)
+    assert update.watches_change and field.watches_change
+
+
+def test_update_handlers_with_a_status_field_keep_it_in_the_essence(registry):
+    kopf.on.update('pods', field='status.phase', registry=registry)(fn)
+    kopf.on.create('pods', field='status.other', registry=registry)(fn)  # checks the object, not the essence
+
+    assert registry.get_extra_fields(Selector(name='pods')) == [('status', 'phase')]
+
+
+def test_event_handlers_with_field_filters(registry):
+    kopf.on.event('pods', field='spec.size', value=kopf.ABSENT, registry=registry)(fn)
+
+    handler, = registry.get_watching_handlers(Selector(name='pods'))
+    assert (handler.id, handler.field, handler.value) == ('fn/spec.size', ('spec', 'size'), kopf.ABSENT)
+
+
+def test_index_functions(registry):
+    def when(**_):
+        return True
+
+    kopf.index('pods', registry=registry)(fn)
+    kopf.on.index('pods', id='by_size', field='spec.size', value=kopf.PRESENT, labels={'a': 'b'},
+                  annotations={'c': kopf.ABSENT}, when=when, errors=ErrorsMode.TEMPORARY, retries=3, timeout=9,
+                  backoff=1, param='p', registry=registry)(fn)
+
+    selector, = registry.selectors
+    plain, full = registry.get_indexing_handlers(selector)
+    assert (plain.fn, plain.id, plain.errors, plain.field) == (fn, 'fn', None, None)
+    assert full.id == 'by_size'  # the index's name: no field in it
+    assert (full.field, full.value) == (('spec', 'size'), kopf.PRESENT)
+    assert (full.labels, full.annotations, full.when) == ({'a': 'b'}, {'c': kopf.ABSENT}, when)
+    assert (full.errors, full.retries, full.timeout, full.backoff, full.param) == (ErrorsMode.TEMPORARY, 3, 9, 1, 'p')
+    with pytest.raises(TypeError):
+        kopf.index('pods', value=1, registry=registry)
+
+
 @pytest.mark.parametrize('decorator, activity', [
     (kopf.on.startup, Activity.STARTUP),
     (kopf.on.cleanup, Activity.CLEANUP),

@@ -9,6 +9,7 @@ import pytest
 import kopf
 from kopf.config import OperatorConfig
 from kopf.reactor.admission import serve_admission_request
+from kopf.reactor.indexing import OperatorIndexes
 from kopf.reactor.registries import OperatorRegistry
 from kopf.structs.resources import Resource, Selector
 from kopf.structs.reviews import InvalidReviewError
@@ -360,3 +361,31 @@ async def test_the_review_version_of_the_request_is_answered(registry):
 async def test_an_invalid_review_raises_for_the_server_to_answer_400(registry):
     with pytest.raises(InvalidReviewError):
         await serve(registry, {'kind': 'Something'})
+
+
+async def test_admission_handlers_and_their_filters_get_the_indexes(registry):
+    seen = []
+    kopf.index('pods', id='pod_names', registry=registry)(lambda name, **_: name)
+
+    @kopf.on.validate('kopfexamples', when=lambda pod_names, **_: seen.append(('when', pod_names)) or True,
+                      registry=registry)
+    def check(pod_names, **_):
+        seen.append(('handler', pod_names))
+
+    indexes = OperatorIndexes(registry)
+    await serve(registry, review(), indexes=indexes)
+    assert seen == [('when', indexes['pod_names']), ('handler', indexes['pod_names'])]
+
+
+async def test_admission_handlers_with_field_filters(registry):
+    seen = []
+    kopf.on.validate('kopfexamples', field='spec.numbers', value=[1, 2], registry=registry)(
+        lambda **_: seen.append('exact'))
+    kopf.on.validate('kopfexamples', field='spec.missing', registry=registry)(lambda **_: seen.append('present'))
+    kopf.on.mutate('kopfexamples', id='m', field='spec.numbers', value=lambda value, **_: len(value) == 2,
+                   registry=registry)(lambda **_: seen.append('callable'))
+    await serve(registry, review())
+    assert sorted(seen) == ['callable', 'exact']
+    assert sorted(h.id for _, h in registry.iter_admission_handlers()) == [
+        'm/spec.numbers', 'test_admission_handlers_with_field_filters.<locals>.<lambda>/spec.missing',
+        'test_admission_handlers_with_field_filters.<locals>.<lambda>/spec.numbers']

@@ -17,6 +17,7 @@ import kopf
 from kopf.config import OperatorConfig
 from kopf.reactor import cycle, processing
 from kopf.reactor.cycle import HandlingResult
+from kopf.reactor.indexing import OperatorIndexes
 from kopf.reactor.registries import OperatorRegistry
 from kopf.storage.progress import ProgressStorage
 from kopf.structs.bodies import Body
@@ -256,3 +257,18 @@ async def test_nothing_of_a_processed_event_is_kept(aresponses, host, watch):
             break
         await asyncio.sleep(0.01)
     assert [ref() for ref in refs] == [None, None, None]
+
+
+async def test_handlers_get_the_served_resource_and_the_operators_indexes(context):
+    seen = []
+    registry = OperatorRegistry()
+    kopf.index('kopfexamples', id='names', registry=registry)(lambda name, **_: name)
+    kopf.on.event('kopfexamples', registry=registry)(lambda **kwargs: seen.append(kwargs))
+    indexes = OperatorIndexes(registry)
+    watch = processing.ResourceWatch(context=context, resource=RESOURCE, selector=Selector.from_args('kopfexamples'),
+                                     registry=registry, config=OperatorConfig(), memo=None, indexes=indexes)
+    await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
+    [kwargs] = seen
+    assert kwargs['resource'] == RESOURCE
+    assert isinstance(kwargs['resource'], kopf.Resource)
+    assert kwargs['names'] is indexes['names']

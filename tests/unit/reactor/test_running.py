@@ -240,3 +240,44 @@ def test_a_request_limit_below_one_is_refused_with_the_setting_named():
     config.networking.max_concurrent_requests = 0
     with pytest.raises(running.OperatorError, match=r'config\.networking\.max_concurrent_requests .* got 0'):
         running._api_context(kopf.ConnectionInfo(server='https://k8s:6443'), config=config, relogin=None)
+# --- Indexes --------------------------------------------------------------------------------------
+
+async def test_handlers_of_any_resource_wait_until_every_indexed_listing_is_in(monkeypatch):
+    registry = OperatorRegistry()
+    pods, kex = Selector.from_args('pods'), Selector.from_args('kopfexamples')
+    resources = {pods: Resource('', 'v1', 'pods', 'Pod'), kex: Resource('kopf.dev', 'v1', 'kopfexamples', 'KEx')}
+    kopf.index('pods', id='pod_names', registry=registry)(lambda name, **_: name)
+    seen = []
+    kopf.on.event('kopfexamples', registry=registry)(
+        lambda name, pod_names, **_: seen.append((name, sorted(pod_names.get(None, [])))))
+    release_pods = asyncio.Event()
+    stop = asyncio.Event()
+
+    async def fake_watch(*, resource, namespace, stop, on_listed, **_):
+        def obj(name):
+            return {'type': None, 'object': {'metadata': {'name': name, 'namespace': namespace, 'uid': name}}}
+        if resource.plural == 'pods':
+            await release_pods.wait()
+            yield obj(f'pod-{namespace}')
+        else:
+            yield obj(f'ex-{namespace}')
+        on_listed()
+        await stop.wait()
+
+    monkeypatch.setattr(running.watching, 'infinite_watch', fake_watch)
+    config = OperatorConfig()
+    config.batching.exit_timeout = 0.1
+    task = asyncio.create_task(running._watch_all(
+        context=None, resources=resources, registry=registry, config=config, memo=None,
+        namespaces=['ns1', 'ns2'], stop=stop, ready_flag=None))
+    await asyncio.sleep(0.1)
+    assert seen == []  # the kopfexamples are listed, but the pods are not indexed yet
+
+    release_pods.set()
+    for _ in range(50):
+        if len(seen) == 2:
+            break
+        await asyncio.sleep(0.02)
+    stop.set()
+    await asyncio.wait_for(task, timeout=5)
+    assert sorted(seen) == [('ex-ns1', ['pod-ns1', 'pod-ns2']), ('ex-ns2', ['pod-ns1', 'pod-ns2'])]

@@ -10,7 +10,7 @@ import kopf.on
 from kopf.reactor import selection
 from kopf.reactor.filters import ABSENT, PRESENT
 
-from .conftest import LAST_HANDLED, RESOURCE, SELECTOR, fetch, make_handler, names
+from .conftest import FINALIZER, LAST_HANDLED, RESOURCE, SELECTOR, fetch, make_handler, names
 
 # Field handlers.
 
@@ -207,6 +207,129 @@ async def test_when_filters_of_delete_handlers_see_the_deletion_cause(server, re
     await server.run()
 
     assert seen[0] == ('delete', None, {'spec': {'field': 'x', 'other': 1}})
+
+
+# Field filters: the field's value for most handlers, its change for update and field handlers.
+
+@pytest.mark.parametrize('options, called', [
+    ({'field': 'spec.field'}, True),
+    ({'field': 'spec.field', 'value': 'x'}, True),
+    ({'field': 'spec.field', 'value': 'y'}, False),
+    ({'field': 'spec.missing'}, False),
+    ({'field': 'spec.missing', 'value': ABSENT}, True),
+    ({'field': 'spec.field', 'value': PRESENT}, True),
+    ({'field': 'spec.other', 'value': lambda value, spec, **_: value == 1 and spec['field'] == 'x'}, True),
+])
+async def test_create_handlers_with_field_filters(server, registry, options, called):
+    calls = []
+    kopf.on.create(*RESOURCE, registry=registry, **options)(make_handler(calls, 'c'))
+    await server.run()
+    assert bool(calls) is called
+
+
+async def test_handlers_with_a_field_see_the_field_and_are_known_by_it(server, registry):
+    calls = []
+    kopf.on.create(*RESOURCE, field='spec.field', value='x', registry=registry)(
+        make_handler(calls, 'c', failures=[kopf.TemporaryError('later', delay=1)]))
+    await server.cycle()
+    assert fetch(server, 'c/spec.field')['retries'] == 1
+    await server.run()
+    assert (calls[-1][1]['old'], calls[-1][1]['new']) == (None, 'x')
+
+
+async def test_update_handlers_with_a_field_run_only_when_it_changes(server, registry):
+    calls = []
+    kopf.on.update(*RESOURCE, field='spec.field', registry=registry)(make_handler(calls, 'u'))
+    await server.run()
+
+    server.change({'spec': {'other': 2}})
+    await server.run()
+    assert calls == []
+
+    server.change({'spec': {'field': 'y'}})
+    await server.run()
+    server.change({'spec': {'field': None}})  # removed: a change too
+    await server.run()
+    assert [(kw['old'], kw['new'], kw['diff']) for _, kw in calls] == [
+        ('x', 'y', [('change', (), 'x', 'y')]),
+        ('y', None, [('remove', (), 'y', None)]),
+    ]
+
+
+@pytest.mark.parametrize('options, changes, expected', [
+    ({'value': 'y'}, ['y', 'z', 'w'], ['x->y', 'y->z']),  # into or out of the value
+    ({'new': 'y'}, ['y', 'z', 'y'], ['x->y', 'z->y']),  # only into it
+    ({'old': 'y'}, ['y', 'z', 'y'], ['y->z']),  # only out of it
+    ({'old': 'x', 'new': 'z'}, ['z', 'x', 'y'], ['x->z']),
+    ({'old': PRESENT, 'new': ABSENT}, ['y', None, 'z'], ['y->None']),
+    ({'old': ABSENT, 'new': PRESENT}, ['y', None, 'z'], ['None->z']),
+    ({'new': lambda value, **_: value is not None and value > 'x'}, ['y', 'a', 'z'], ['x->y', 'a->z']),
+])
+async def test_update_and_field_handlers_filter_the_change(server, registry, options, changes, expected):
+    updates, fields = [], []
+    kopf.on.update(*RESOURCE, id='u', field='spec.field', registry=registry, **options)(
+        lambda old, new, **_: updates.append(f'{old}->{new}'))
+    kopf.on.field(*RESOURCE, id='f', field='spec.field', registry=registry, **options)(
+        lambda old, new, reason, **_: reason == 'update' and fields.append(f'{old}->{new}'))
+    await server.run()
+    for value in changes:
+        server.change({'spec': {'field': value}})
+        await server.run()
+    assert updates == expected
+    assert fields == expected
+
+
+async def test_delete_handlers_with_a_field_filter_decide_about_the_finalizer(server, registry):
+    kopf.on.delete(*RESOURCE, id='d', field='spec.keep', value='yes', registry=registry)(lambda **_: None)
+    await server.run()
+    assert 'finalizers' not in server.raw['metadata']
+
+    server.change({'spec': {'keep': 'yes'}})
+    await server.run()
+    assert server.raw['metadata']['finalizers'] == [FINALIZER]
+
+
+async def test_event_handlers_with_field_filters(server, registry):
+    events = []
+    kopf.on.event(*RESOURCE, id='x', field='spec.field', value='x', registry=registry)(lambda **_: events.append('x'))
+    kopf.on.event(*RESOURCE, id='y', field='spec.field', value='y', registry=registry)(lambda **_: events.append('y'))
+    await server.cycle(event_type='ADDED')
+    server.change({'spec': {'field': 'y'}})
+    await server.cycle(event_type='MODIFIED')
+    assert events == ['x', 'y']
+
+
+async def test_filter_callbacks_get_the_same_kwargs_as_the_handler(server, registry):
+    seen = {}
+
+    def when(**kwargs):
+        seen['when'] = kwargs
+        return True
+
+    def label(value, **kwargs):
+        seen['label'] = (value, kwargs)
+        return True
+
+    def field_value(value, **kwargs):
+        seen['value'] = (value, kwargs)
+        return True
+
+    handled = []
+    kopf.on.update(*RESOURCE, id='u', when=when, labels={'app': label}, field='spec.field', value=field_value,
+                   registry=registry)(lambda **kw: handled.append(kw))
+    await server.run()
+    server.change({'spec': {'field': 'y'}, 'metadata': {'labels': {'app': 'demo'}}})
+    await server.run()
+
+    [kwargs] = handled
+    for name in ['spec', 'body', 'meta', 'status', 'name', 'namespace', 'labels', 'annotations', 'patch',
+                 'diff', 'old', 'new', 'reason', 'logger', 'memo', 'resource', 'param']:
+        assert seen['when'][name] is kwargs[name] or seen['when'][name] == kwargs[name], name
+    assert (seen['when']['old'], seen['when']['new']) == ('x', 'y')  # the field's own
+    assert seen['label'][0] == 'demo' and seen['label'][1] == seen['when']
+    assert seen['value'][0] in ('x', 'y') and seen['value'][1] == seen['when']
+    assert seen['when']['spec'] == {'field': 'y', 'other': 1}
+    assert seen['when']['memo'] is server.memo
 
 
 # Event handlers.
