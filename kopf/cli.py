@@ -5,12 +5,15 @@ Operator code is imported first (which registers its handlers), then the
 operator runs until interrupted. An operator that cannot be imported ends the
 command at once with its traceback and a non-zero exit code.
 
-Kopf's peering options (``--peering``, ``--priority``) and its ``kopf freeze``
-/ ``kopf resume`` commands are recognised, and refused with the Lease-based
-way to do the same: replicas coordinate through Kubernetes Leases here.
+Kopf's peering options work on the Lease-based replicas (docs/replicas.rst):
+``--peering NAME`` runs the replicas in HA mode with the Lease ``NAME`` (one
+of them handles, as with Kopf's peering), ``--priority N`` ranks them,
+``--dev`` is ``--priority 666``; ``kopf freeze`` and ``kopf resume`` pause and
+resume the replicas of a Lease by hand.
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import importlib
@@ -19,17 +22,19 @@ import os
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 
-from kopf.clients.auth import LoginError
+from kopf.clients import auth
+from kopf.clients.auth import APIContext, LoginError
 from kopf.clients.errors import APIConnectionError, APIError, describe_api_failure
 from kopf.config import OperatorConfig
 from kopf.engines import logsetup
 from kopf.errors import ActivityError
-from kopf.reactor import peering, running
+from kopf.reactor import freezing, peering, running
 from kopf.reactor.registries import OperatorRegistry
 
 
@@ -45,17 +50,6 @@ class CLIControls:
 
 class OperatorImportError(click.ClickException):
     exit_code = 2
-
-
-class PeeringNotSupported(click.ClickException):
-    """Kopf's peering options: recognised, refused, and answered with the Lease-based way."""
-
-    exit_code = 2
-
-
-LEASES_INSTEAD = ("kopf does not use Kopf's peering (KopfPeering objects): replicas coordinate through "
-                  "Kubernetes Leases, with kopf run --ha (one replica handles, the others stand by) or "
-                  "--shards (the replicas share the objects); without either, an operator is standalone.")
 
 
 def load_operator_code(paths: Sequence[str], modules: Sequence[str]) -> None:
@@ -95,7 +89,7 @@ def main() -> None:
 @click.option('-n', '--namespace', 'namespaces', multiple=True, help="A namespace to serve (repeatable).")
 @click.option('-A', '--all-namespaces', 'clusterwide', is_flag=True, help="Serve all namespaces.")
 @click.option('--standalone', is_flag=True, help="Do not coordinate with other operator instances (the default).")
-@click.option('--dev', is_flag=True, help="Development mode: the same as --standalone.")
+@click.option('--dev', is_flag=True, help="Development mode: --priority 666 with --peering/--ha; else standalone.")
 @click.option('--ha', is_flag=True, help="High availability: one replica handles, the others stand by (a Lease).")
 @click.option('--shards', is_flag=True, help="Sharding: every replica handles its share of the objects (Leases).")
 @click.option('--lease-name', help="The name of the Lease(s) of --ha/--shards (default: from the operator's files).")
@@ -104,8 +98,10 @@ def main() -> None:
 @click.option('--identity', help="This replica's unique name among its peers (default: host name and a random suffix).")
 @click.option('-L', '--liveness', 'liveness_endpoint', metavar='URL',
               help="Serve a liveness endpoint for Kubernetes probes, e.g. http://0.0.0.0:8080/healthz.")
-@click.option('-P', '--peering', 'peering_name', hidden=True, help="Kopf's peering: not used, see --ha/--shards.")
-@click.option('-p', '--priority', type=int, hidden=True, help="Kopf's peering: not used, see --ha/--shards.")
+@click.option('-P', '--peering', 'peering_name', metavar='NAME',
+              help="Kopf's peering: HA replicas of the Lease NAME (the same as --ha --lease-name NAME).")
+@click.option('-p', '--priority', type=int,
+              help="HA replicas: one of a higher priority takes the Lease over from the leader (default 0).")
 @click.option('-v', '--verbose', is_flag=True, help="Log at the DEBUG level of kopf's own loggers.")
 @click.option('-d', '--debug', is_flag=True, help="Log everything at the DEBUG level.")
 @click.option('-q', '--quiet', is_flag=True, help="Log only warnings and errors.")
@@ -138,19 +134,28 @@ def run(
         log_refkey: str | None,
 ) -> None:
     """Run the operator(s) defined in the given files and modules."""
-    if peering_name is not None or priority is not None:
-        option = '--peering' if peering_name is not None else '--priority'
-        raise PeeringNotSupported(f"{option} is Kopf's peering option; {LEASES_INSTEAD}")
     if not paths and not modules:
         raise click.UsageError("Give at least one operator file or a module with -m.")
     if namespaces and clusterwide:
         raise click.UsageError("Use either -n/--namespace or -A/--all-namespaces, not both.")
-    coordination = [flag for flag, given in [('--standalone', standalone or dev), ('--ha', ha), ('--shards', shards)]
-                    if given]
+    if peering_name is not None:
+        if standalone or shards:
+            raise click.UsageError(f"--peering {peering_name} runs HA replicas of one Lease; it cannot be combined "
+                                   f"with {'--standalone' if standalone else '--shards'} (for sharded replicas, "
+                                   f"name their Leases with --lease-name).")
+        if lease_name is not None and lease_name != peering_name:
+            raise click.UsageError(f"--peering {peering_name} names the Lease already; --lease-name {lease_name} "
+                                   f"says otherwise: give one of them.")
+        ha, lease_name = True, peering_name
+    coordinated = ha or shards
+    coordination = [flag for flag, given in [('--standalone', standalone or (dev and not coordinated)),
+                                             ('--ha', ha), ('--shards', shards)] if given]
     if len(coordination) > 1:
         raise click.UsageError(f"Use only one of --standalone, --ha, --shards (got {' and '.join(coordination)}): "
                                "a standalone operator does not coordinate with other replicas; --ha makes one "
                                "replica handle everything, --shards shares the objects among all replicas.")
+    if priority is None and dev and coordinated:
+        priority = freezing.DEV_PRIORITY
     logsetup.configure(debug=debug, verbose=verbose, quiet=quiet, log_format=log_format,
                        log_prefix=log_prefix, log_refkey=log_refkey)
     load_operator_code(paths, modules)
@@ -161,12 +166,13 @@ def run(
             settings=controls.settings,
             namespaces=namespaces,
             clusterwide=clusterwide or not namespaces,
-            standalone=standalone or dev,
+            standalone=standalone or (dev and not coordinated),
             ha=ha,
             shards=shards,
             peering_name=lease_name if lease_name is not None else peering.default_name([*paths, *modules]),
             peering_namespace=lease_namespace,
             identity=identity,
+            priority=priority,
             liveness_endpoint=liveness_endpoint,
             stop_flag=controls.stop_flag,
             ready_flag=controls.ready_flag,
@@ -177,21 +183,106 @@ def run(
         raise click.ClickException(describe_api_failure(e)) from e
 
 
-# Kopf's commands to pause and resume operators through its peering objects; their options are accepted as given.
-_ANY_OPTIONS = {'ignore_unknown_options': True, 'allow_extra_args': True}
+# Kopf's commands to pause and resume the replicas of a peering, here of a Lease (see docs/replicas.rst).
+
+def _logging_options(fn: Callable[..., None]) -> Callable[..., None]:
+    for option in reversed([
+        click.option('-v', '--verbose', is_flag=True, help="Log at the DEBUG level of kopf's own loggers."),
+        click.option('-d', '--debug', is_flag=True, help="Log everything at the DEBUG level."),
+        click.option('-q', '--quiet', is_flag=True, help="Log only warnings and errors."),
+        click.option('--log-format', type=click.Choice(['plain', 'full', 'json']), default='full'),
+        click.option('--log-prefix/--no-log-prefix', default=None),
+        click.option('--log-refkey', metavar='KEY'),
+    ]):
+        fn = option(fn)
+    return fn
 
 
-@main.command(context_settings=_ANY_OPTIONS)
-@click.argument('args', nargs=-1, type=click.UNPROCESSED)
-def freeze(args: tuple[str, ...]) -> None:
-    """Kopf's pausing of operators via peering: not used here (see the message)."""
-    raise PeeringNotSupported(f"kopf freeze pauses operators through Kopf's peering; {LEASES_INSTEAD} "
-                              f"To pause an operator, scale its Deployment to zero replicas.")
+def _lease_options(fn: Callable[..., None]) -> Callable[..., None]:
+    for option in reversed([
+        click.option('-n', '--namespace', 'namespaces', multiple=True,
+                     help="The namespace the operator serves (its Lease is there unless --lease-namespace)."),
+        click.option('-A', '--all-namespaces', 'clusterwide', is_flag=True, help="The operator serves all namespaces."),
+        click.option('--lease-namespace', help="The namespace of the Lease (default: the one served namespace, "
+                                               "else the credentials' namespace)."),
+        click.option('-i', '--id', 'freeze_id', metavar='ID', help="Who freezes (default: user@host)."),
+        click.option('-P', '--peering', 'peering_name', metavar='NAME', required=True,
+                     help="The Lease of the HA replicas (their --peering NAME or --lease-name NAME)."),
+    ]):
+        fn = option(fn)
+    return fn
 
 
-@main.command(context_settings=_ANY_OPTIONS)
-@click.argument('args', nargs=-1, type=click.UNPROCESSED)
-def resume(args: tuple[str, ...]) -> None:
-    """Kopf's resuming of operators via peering: not used here (see the message)."""
-    raise PeeringNotSupported(f"kopf resume resumes operators paused through Kopf's peering; {LEASES_INSTEAD} "
-                              f"To resume an operator, scale its Deployment back up.")
+@main.command()
+@_logging_options
+@_lease_options
+@click.option('--dev', is_flag=True, help="The priority 666 (unless --priority is given).")
+@click.option('-p', '--priority', type=int, help=f"The freeze pauses replicas of lower priorities "
+                                                 f"(default {freezing.FREEZE_PRIORITY}).")
+@click.option('-t', '--lifetime', type=int, required=True, help="For how many seconds (unless resumed earlier).")
+@click.option('-m', '--message', help="Why: shown in the replicas' logs.")
+def freeze(
+        peering_name: str,
+        namespaces: tuple[str, ...],
+        clusterwide: bool,
+        lease_namespace: str | None,
+        freeze_id: str | None,
+        dev: bool,
+        priority: int | None,
+        lifetime: int,
+        message: str | None,
+        **logging_options: Any,
+) -> None:
+    """Pause the HA replicas of a Lease: no replica handles anything until resumed or for --lifetime seconds."""
+    logsetup.configure(**logging_options)
+    if priority is None:
+        priority = freezing.DEV_PRIORITY if dev else freezing.FREEZE_PRIORITY
+    _lease_command(freezing.freeze, peering_name=peering_name, namespaces=namespaces, clusterwide=clusterwide,
+                   lease_namespace=lease_namespace, id=freeze_id or freezing.default_id(), lifetime=lifetime,
+                   priority=priority, message=message)
+
+
+@main.command()
+@_logging_options
+@_lease_options
+def resume(
+        peering_name: str,
+        namespaces: tuple[str, ...],
+        clusterwide: bool,
+        lease_namespace: str | None,
+        freeze_id: str | None,
+        **logging_options: Any,
+) -> None:
+    """Resume the HA replicas of a Lease paused by `kopf freeze` (with the same --id)."""
+    logsetup.configure(**logging_options)
+    _lease_command(freezing.resume, peering_name=peering_name, namespaces=namespaces, clusterwide=clusterwide,
+                   lease_namespace=lease_namespace, id=freeze_id or freezing.default_id())
+
+
+def _lease_command(
+        action: Callable[..., Awaitable[str]],
+        *,
+        peering_name: str,
+        namespaces: tuple[str, ...],
+        clusterwide: bool,
+        lease_namespace: str | None,
+        **kwargs: Any,
+) -> None:
+    if namespaces and clusterwide:
+        raise click.UsageError("Use either -n/--namespace or -A/--all-namespaces, not both.")
+
+    async def act() -> str:
+        info = await asyncio.get_running_loop().run_in_executor(None, auth.login_default)
+        namespace = peering.lease_namespace(lease_namespace, namespaces=namespaces, clusterwide=clusterwide,
+                                            default_namespace=info.default_namespace)
+        async with APIContext(info) as context:
+            return await action(context=context, namespace=namespace, name=peering_name, **kwargs)
+
+    try:
+        click.echo(asyncio.run(act()))
+    except freezing.FreezeError as e:
+        raise click.ClickException(str(e)) from e
+    except LoginError as e:
+        raise click.ClickException(str(e)) from e
+    except (APIError, APIConnectionError) as e:
+        raise click.ClickException(describe_api_failure(e)) from e

@@ -241,7 +241,9 @@ class PeeringConfig:
     ``lease_duration`` after its last renewal; its holder renews it every
     ``retry_period`` and stops handling if it has not renewed it for
     ``renew_deadline``; replicas without a Lease try to get one every
-    ``retry_period``.
+    ``retry_period``. ``priority`` (Kopf's ``settings.peering.priority``):
+    in HA mode, a replica of a higher priority than the leader's takes the
+    Lease over and leads once the previous leader has surely stopped.
     """
 
     mode: str = 'standalone'
@@ -251,6 +253,7 @@ class PeeringConfig:
     lease_duration: int = 15
     renew_deadline: float = 10.0
     retry_period: float = 2.0
+    priority: int = 0
 
     @property
     def standalone(self) -> bool:
@@ -269,6 +272,8 @@ class PeeringConfig:
         """Raise ``ValueError`` naming the setting if the combination cannot work."""
         if self.mode not in PEERING_MODES:
             raise ValueError(f"config.peering.mode must be one of {', '.join(PEERING_MODES)}; got {self.mode!r}.")
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise ValueError(f"config.peering.priority must be a whole number; got {self.priority!r}.")
         if isinstance(self.lease_duration, bool) or not isinstance(self.lease_duration, int):
             raise ValueError("config.peering.lease_duration must be a whole number of seconds "
                              f"(Leases count in seconds); got {self.lease_duration!r}.")

@@ -61,13 +61,13 @@ from kopf.clients.auth import APIContext
 from kopf.clients.errors import APIConflictError, APIConnectionError, APIError, APIForbiddenError, APINotFoundError
 from kopf.clients.leases import Lease, LeaseSpec
 from kopf.config import PeeringConfig
-from kopf.reactor import ownership
+from kopf.reactor import freezing, ownership
 from kopf.reactor.fencing import Gate, everything, nothing
 from kopf.reactor.ownership import Ring, ShardPermit
 
 logger = logging.getLogger('kopf.reactor.peering')
 
-MEMBER_LABEL = 'kopf.dev/shards'  # on member Leases: the operator's peering name
+MEMBER_LABEL = freezing.SHARDS_LABEL  # on member Leases: the operator's peering name
 RING_ANNOTATION = 'kopf.dev/ring'  # on member Leases: the ring the member handles by
 
 # The Lease verbs each mode needs; the documented RBAC (docs/install.rst) grants exactly their union.
@@ -100,6 +100,7 @@ class PeeringSettings:
     lease_duration: int
     renew_deadline: float
     retry_period: float
+    priority: int = 0
 
     @property
     def soft_fence(self) -> float:
@@ -155,15 +156,26 @@ def resolve(
                 f"The peering {what} {value!r} cannot be used in Lease names: use at most {MAX_NAME_LENGTH} "
                 f"lowercase letters, digits, '-' and '.', starting and ending with a letter or digit "
                 f"(--lease-name/--identity, or config.peering.{what}).")
-    if config.namespace is not None:
-        namespace = config.namespace
-    elif len(namespaces) == 1 and not clusterwide:
-        namespace = next(iter(namespaces))
-    else:
-        namespace = default_namespace or 'default'
+    namespace = lease_namespace(config.namespace, namespaces=namespaces, clusterwide=clusterwide,
+                                default_namespace=default_namespace)
     return PeeringSettings(mode=config.mode, name=name, namespace=namespace, identity=identity,
                            lease_duration=config.lease_duration, renew_deadline=config.renew_deadline,
-                           retry_period=config.retry_period)
+                           retry_period=config.retry_period, priority=config.priority)
+
+
+def lease_namespace(
+        explicit: str | None,
+        *,
+        namespaces: Collection[str],
+        clusterwide: bool,
+        default_namespace: str | None,
+) -> str:
+    """Where the Leases are: as given, else the one served namespace, else the credentials' one, else default."""
+    if explicit is not None:
+        return explicit
+    if len(namespaces) == 1 and not clusterwide:
+        return next(iter(namespaces))
+    return default_namespace or 'default'
 
 
 # The fences.
@@ -229,6 +241,11 @@ class _Observations:
         previous = self._seen.get(lease.name)
         if previous is None or previous[0] != lease.resource_version:
             self._seen[lease.name] = (lease.resource_version, now)
+
+    def seen_at(self, lease: Lease) -> float | None:
+        """When this version of the Lease was first seen (monotonic), if it was."""
+        seen = self._seen.get(lease.name)
+        return seen[1] if seen is not None and seen[0] == lease.resource_version else None
 
     def forget_others(self, names: Collection[str]) -> None:
         self._seen = {name: seen for name, seen in self._seen.items() if name in names}
@@ -299,7 +316,13 @@ class _Replica:
 
 
 class _Elector(_Replica):
-    """HA: one Lease, one leader; the others stand by and take over when it expires or is released."""
+    """
+    HA: one Lease, one leader; the others stand by and take over when it expires or is released.
+
+    A replica of a higher priority than the holder's takes the Lease over at
+    once, but handles only when the previous holder has surely stopped (see
+    :mod:`.freezing`, which also explains frozen Leases).
+    """
 
     mode = 'ha'
 
@@ -308,6 +331,7 @@ class _Elector(_Replica):
         self.lease: Lease | None = None  # as last seen
         self.leading = False
         self.leader: str | None = None  # as last logged
+        self.holding_until: float | None = None  # ours after a takeover, but no handling before then
 
     async def tick(self) -> None:
         if self.fences.lost:
@@ -332,10 +356,34 @@ class _Elector(_Replica):
         self.observations.observe(lease, now)
         if lease.spec.holder == self.settings.identity:
             await self._write(lease, acquire=False)
-        elif self.observations.expired(lease, now) and not self.closing:
+        elif self._free(lease, now) and not self.closing:
             await self._write(lease, acquire=True)
+        elif self.settings.priority > freezing.priority_of(lease) and not self.closing:
+            await self._write(lease, acquire=True, preempt=True)
         else:
-            self._stand_by(lease.spec.holder)
+            self._stand_by(lease)
+
+    def _free(self, lease: Lease, now: float) -> bool:
+        """
+        Released, expired, or a freeze that is over.
+
+        A freeze is over when its lifetime has passed by the wall clock, but
+        only after a whole Lease duration since we saw it begin: the leader
+        from before the freeze has stopped by then.
+        """
+        if self.observations.expired(lease, now):
+            return True
+        freeze = freezing.Freeze.from_lease(lease)
+        seen = self.observations.seen_at(lease)
+        if freeze is None or seen is None or not freezing.lapsed(lease):
+            return False
+        return now - seen >= max(self.settings.lease_duration, freeze.previous_duration or 0)
+
+    def _annotations(self, lease: Lease) -> dict[str, str]:
+        """What we write into the Lease besides the spec: our priority; a freeze's record goes away."""
+        kept = {k: v for k, v in lease.annotations.items()
+                if k not in (freezing.PRIORITY_ANNOTATION, freezing.FREEZE_ANNOTATION)}
+        return {**kept, freezing.PRIORITY_ANNOTATION: str(self.settings.priority)}
 
     async def _create(self) -> None:
         if self.closing:
@@ -347,14 +395,16 @@ class _Elector(_Replica):
         try:
             with self.verb('create'):
                 lease = await leases.create_lease(context=self.context, namespace=self.settings.namespace,
-                                                  name=self.settings.name, spec=spec, timeout=self.timeout)
+                                                  name=self.settings.name, spec=spec, timeout=self.timeout,
+                                                  annotations={freezing.PRIORITY_ANNOTATION:
+                                                               str(self.settings.priority)})
         except APIConflictError:
             logger.debug("Another replica has created the lease first.")
             return
         self._lead(lease, sent)
 
-    async def _write(self, lease: Lease, *, acquire: bool) -> None:
-        """Renew the lease (ours) or take it over (expired or released); a 409 means someone was faster."""
+    async def _write(self, lease: Lease, *, acquire: bool, preempt: bool = False) -> None:
+        """Renew the lease (ours) or take it over (free, or of a lower priority); a 409: someone was faster."""
         stamp = leases.now()
         sent = time.monotonic()
         spec = LeaseSpec(holder=self.settings.identity, duration=self.settings.lease_duration,
@@ -363,25 +413,45 @@ class _Elector(_Replica):
         try:
             with self.verb('update'):
                 renewed = await leases.replace_lease(lease=lease, context=self.context, spec=spec,
-                                                     timeout=self.timeout)
+                                                     annotations=self._annotations(lease), timeout=self.timeout)
         except APIConflictError:
             if self.leading:
                 raise
             logger.debug("Another replica has changed the lease first.")
             return
-        if acquire and lease.spec.holder:
+        freeze = freezing.Freeze.from_lease(lease)
+        holding_until = None
+        if preempt:
+            holding_until = freezing.hold_until(lease, taken_at=time.monotonic(),
+                                                seen_at=self.observations.seen_at(lease),
+                                                own_duration=self.settings.lease_duration)
+            wait = max(0.0, holding_until - time.monotonic())
+            what = freeze.describe() if freeze is not None else f"held by {lease.spec.holder}"
+            logger.info("Took over the lease %s/%s (%s) with a higher priority (%d > %d); handling %s.",
+                        lease.namespace, lease.name, what, self.settings.priority, freezing.priority_of(lease),
+                        f"in {wait:.0f}s, when the previous leader has surely stopped" if wait else "now")
+        elif acquire and freeze is not None:
+            logger.info("Took over the lease %s/%s: the freeze is over (%s).", lease.namespace, lease.name,
+                        freeze.describe())
+        elif acquire and lease.spec.holder:
             logger.info("Took over the lease %s/%s from %s: not renewed for %ss.",
                         lease.namespace, lease.name, lease.spec.holder, lease.spec.duration)
         elif acquire:
             logger.info("Took over the lease %s/%s: released by its previous holder.", lease.namespace, lease.name)
-        self._lead(renewed, sent)
+        self._lead(renewed, sent, holding_until=holding_until)
 
-    def _lead(self, lease: Lease, sent: float) -> None:
+    def _lead(self, lease: Lease, sent: float, *, holding_until: float | None = None) -> None:
         self.lease = lease
         self.observations.observe(lease, time.monotonic())
         self.fences.renewed(sent)
         if self.closing:
             return
+        if holding_until is not None:
+            self.holding_until = holding_until
+        if self.holding_until is not None:
+            if time.monotonic() < self.holding_until:
+                return  # the lease is ours, but the previous holder may still be handling
+            self.holding_until = None
         if not self.leading:
             logger.info("Leading as %s: the lease %s/%s is ours; handling the objects.",
                         self.settings.identity, lease.namespace, lease.name)
@@ -390,22 +460,42 @@ class _Elector(_Replica):
             self.leader = self.settings.identity
             self.gate.permit(everything, resync=True)
 
-    def _stand_by(self, holder: str | None) -> None:
-        if self.leading:
+    def _stand_by(self, lease: Lease | None) -> None:
+        holder = lease.spec.holder if lease is not None else None
+        freeze = freezing.Freeze.from_lease(lease)
+        if self.leading or self.holding_until is not None:
+            if self.leading:
+                self._log_pause(lease, holder)
             self.leading = False
+            self.holding_until = None
             self.fences.cancel()
             self.gate.harden()
-            logger.error("The lease is held by %s now: stopped handling.", holder or 'nobody')
         if holder is not None and holder != self.leader:
-            logger.info("Standing by: %s leads (the lease %s/%s).", holder, self.settings.namespace,
-                        self.settings.name)
+            if freeze is not None:
+                logger.info("Standing by: the lease %s/%s is %s.", self.settings.namespace, self.settings.name,
+                            freeze.describe())
+            else:
+                logger.info("Standing by: %s leads (the lease %s/%s).", holder, self.settings.namespace,
+                            self.settings.name)
         self.leader = holder
+
+    def _log_pause(self, lease: Lease | None, holder: str | None) -> None:
+        freeze = freezing.Freeze.from_lease(lease)
+        priority = freezing.priority_of(lease)
+        if lease is not None and freeze is not None:
+            logger.info("Paused: the lease is %s for %ss: stopped handling until `kopf resume` or the end of "
+                        "the freeze.", freeze.describe(), lease.spec.duration)
+        elif priority > self.settings.priority:
+            logger.info("Paused: %s with a higher priority (%d > %d) has taken the lease over: stopped handling.",
+                        holder, priority, self.settings.priority)
+        else:
+            logger.error("The lease is held by %s now: stopped handling.", holder or 'nobody')
 
     async def release(self) -> None:
         """Give the lease up at once, so that a standby takes over in one retry period, not one lease duration."""
         self.fences.cancel()
         self.gate.harden()
-        if not self.leading or self.lease is None:
+        if (not self.leading and self.holding_until is None) or self.lease is None:
             return
         spec = LeaseSpec(holder=None, duration=1, acquired=self.lease.spec.acquired, renewed=leases.now(),
                          transitions=self.lease.spec.transitions)
@@ -416,6 +506,7 @@ class _Elector(_Replica):
                            self.settings.namespace, self.settings.name, _describe(e))
             return
         self.leading = False
+        self.holding_until = None
         logger.info("Released the lease %s/%s.", self.settings.namespace, self.settings.name)
 
 
@@ -658,8 +749,14 @@ async def peering(
     and is raised as :class:`PeeringError` when the context exits.
     """
     if config.mode == 'standalone':
+        if config.priority:
+            logger.info("The priority %d has no effect: this operator is standalone. Priorities rank the replicas "
+                        "of one lease: run them with --peering NAME (or --ha).", config.priority)
         yield None
         return
+    if config.mode == 'shards' and config.priority:
+        logger.info("The priority %d has no effect with --shards: every member handles its share of the objects; "
+                    "priorities rank the replicas of one lease (--peering NAME or --ha).", config.priority)
     settings = resolve(config, namespaces=namespaces, clusterwide=clusterwide,
                        default_namespace=context.info.default_namespace)
     await _check_access(context, settings)

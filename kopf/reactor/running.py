@@ -59,6 +59,7 @@ async def operator(
         peering_name: str | None = None,
         peering_namespace: str | None = None,
         identity: str | None = None,
+        priority: int | None = None,
         liveness_endpoint: str | None = None,
         stop_flag: StopFlag | None = None,
         ready_flag: StopFlag | None = None,
@@ -67,7 +68,7 @@ async def operator(
     tasks = await spawn_tasks(registry=registry, config=config, settings=settings, memo=memo,
                               namespaces=namespaces, namespace=namespace, clusterwide=clusterwide,
                               standalone=standalone, ha=ha, shards=shards, peering_name=peering_name,
-                              peering_namespace=peering_namespace, identity=identity,
+                              peering_namespace=peering_namespace, identity=identity, priority=priority,
                               liveness_endpoint=liveness_endpoint,
                               stop_flag=stop_flag, ready_flag=ready_flag)
     await run_tasks(tasks)
@@ -88,6 +89,7 @@ async def spawn_tasks(
         peering_name: str | None = None,
         peering_namespace: str | None = None,
         identity: str | None = None,
+        priority: int | None = None,
         liveness_endpoint: str | None = None,
         stop_flag: StopFlag | None = None,
         ready_flag: StopFlag | None = None,
@@ -98,16 +100,17 @@ async def spawn_tasks(
     ``settings`` is Kopf's name of ``config`` (give one of them).
     ``namespace`` is one more namespace to serve, as in Kopf.
     ``ha``/``shards`` make replicas coordinate through Leases (see
-    docs/replicas.rst); ``standalone`` (the default) means no coordination.
-    These arguments go into ``config.peering`` before the startup handlers,
-    which may still change it.
+    docs/replicas.rst); ``standalone`` (the default) means no coordination;
+    ``priority`` ranks HA replicas (Kopf's peering priority). These
+    arguments go into ``config.peering`` before the startup handlers, which
+    may still change it.
     """
     if config is not None and settings is not None and config is not settings:
         raise TypeError("Pass the operator's settings either as settings= or as config=, not both.")
     namespaces = (*namespaces, namespace) if namespace is not None else tuple(namespaces)
     config = config or settings or OperatorConfig()
     _configure_peering(config, standalone=standalone, ha=ha, shards=shards, name=peering_name,
-                       namespace=peering_namespace, identity=identity)
+                       namespace=peering_namespace, identity=identity, priority=priority)
     task = asyncio.create_task(_serve(
         registry=registry or get_default_registry(),
         config=config,
@@ -130,6 +133,7 @@ def _configure_peering(
         name: str | None,
         namespace: str | None,
         identity: str | None,
+        priority: int | None = None,
 ) -> None:
     chosen = [option for option, flag in [('standalone', standalone), ('ha', ha), ('shards', shards)] if flag]
     if len(chosen) > 1:
@@ -137,7 +141,7 @@ def _configure_peering(
                             "a standalone operator does not coordinate, HA and shards coordinate differently.")
     if chosen:
         config.peering.mode = chosen[0]
-    for field, value in [('name', name), ('namespace', namespace), ('identity', identity)]:
+    for field, value in [('name', name), ('namespace', namespace), ('identity', identity), ('priority', priority)]:
         if value is not None:
             setattr(config.peering, field, value)
 
