@@ -74,7 +74,7 @@ async def _check_resource(context: APIContext, resource: Resource, writes: list[
         fields = ', '.join(format_field(field) for field in write.fields)
         if crd is None:
             problems.append(
-                f"The {write.what} of {write.storage!r} goes to {fields} of {resource}, a resource with a fixed "
+                f"The {write.what} of {_name(write.storage)} goes to {fields} of {resource}, a resource with a fixed "
                 f"schema (no CustomResourceDefinition), which drops these fields: the {write.what} would be "
                 f"silently lost. Keep it in the annotations ({write.alternative}), or outside of the objects "
                 f"({write.outside}).")
@@ -84,7 +84,7 @@ async def _check_resource(context: APIContext, resource: Resource, writes: list[
                          if (at := schemas.pruned_at(schema, probe)) is not None})
         if pruned:
             problems.append(
-                f"The {write.what} of {write.storage!r} goes to {fields} of {resource}, but the structural "
+                f"The {write.what} of {_name(write.storage)} goes to {fields} of {resource}, but the structural "
                 f"schema of the CRD {crd_name} (version {resource.version}) prunes {', '.join(pruned)}: the "
                 f"{write.what} would be silently lost. Either add `x-kubernetes-preserve-unknown-fields: true` "
                 f"at {', '.join(pruned)} in the CRD's schema, or keep it in the annotations ({write.alternative}).")
@@ -103,6 +103,11 @@ def _check_configmap_namespaces(resources: Iterable[Resource], persistence: Pers
     clusterwide = [resource for resource in resources if not resource.namespaced]
     if homeless and clusterwide:
         raise StorageError(
-            f"{homeless[0]!r} keeps each object's state in a ConfigMap in the object's namespace, but "
+            f"{_name(homeless[0])} keeps each object's state in a ConfigMap in the object's namespace, but "
             f"{clusterwide[0]} is cluster-scoped: give the storage a namespace for them, e.g. "
             f"namespace='my-operator-namespace'.")
+
+
+def _name(storage: object) -> str:
+    cls = type(storage)
+    return f"kopf.{cls.__name__}" if cls.__module__.startswith('kopf.') else f"{cls.__module__}.{cls.__qualname__}"

@@ -37,7 +37,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TypeAlias
 
 from kopf.storage import records, trimming
-from kopf.storage.diffbase import AnnotationsDiffBaseStorage, DiffBaseStorage, MultiDiffBaseStorage
+from kopf.storage.diffbase import (
+    ESSENCE_SIZE_WARNING,
+    AnnotationsDiffBaseStorage,
+    DiffBaseStorage,
+    MultiDiffBaseStorage,
+)
 from kopf.structs.bodies import Body
 from kopf.structs.patches import Patch
 
@@ -88,13 +93,14 @@ def fit(
     """The patch within the annotation budget (itself if it fits); one ERROR if room had to be made."""
     if not any(value is not None for value in _changes(patch).values()):
         return Fitted(patch=patch, essential=essential, extras=extras)  # nothing grows
+    names = _diffbase_names(diffbase) if diffbase is not None else set()
     before = annotations_after(body, patch)
     if size(before) <= LIMIT:
+        _warn_if_large(body, patch, names=names, logger=logger)
         return Fitted(patch=patch, essential=essential, extras=extras)
 
     work = Patch(copy.deepcopy(dict(patch)))
     ours = set(_changes(essential)) if essential is not None else set(_changes(patch))
-    names = _diffbase_names(diffbase) if diffbase is not None else set()
     elsewhere = diffbase is not None and _kept_elsewhere(diffbase)
     actions: list[str] = []
     _shrink_diffbase(body, work, names=names, elsewhere=elsewhere, actions=actions)
@@ -129,6 +135,18 @@ def fit(
     if essential is None:
         return Fitted(patch=work, essential=None, extras=extras)
     return Fitted(patch=work, essential=_aligned(essential, work), extras=extras)
+
+
+def _warn_if_large(body: Body, patch: Mapping[str, Any], *, names: Iterable[str], logger: Logger) -> None:
+    """A heads-up while the essence still fits: it takes a big share of what all annotations may take."""
+    for name in names:
+        value = _changes(patch).get(name)
+        if isinstance(value, str) and len(value.encode('utf-8')) > ESSENCE_SIZE_WARNING:
+            logger.warning(
+                "The last-handled configuration of %s is %d bytes large (in the annotation %r); Kubernetes limits "
+                "all annotations of an object to %d bytes together, and beyond that it will be stored trimmed. "
+                "Consider a diff-base storage outside of the annotations (e.g. kopf.SQLiteDiffBaseStorage), or "
+                "ignored_fields= for its biggest fields.", body.describe(), len(value.encode('utf-8')), name, LIMIT)
 
 
 def _changes(patch: Mapping[str, Any] | None) -> Mapping[str, Any]:

@@ -18,8 +18,8 @@ It carries an owner reference to its object (where Kubernetes allows one: the
 same namespace, or a cluster-scoped owner), so that the garbage collector of
 the cluster's controller-manager deletes it when the object is deleted while
 the operator is not running; when the operator sees a deletion, it deletes
-the ConfigMap itself (``erase``). A ConfigMap whose last key is removed is
-deleted too. Labels: ``app.kubernetes.io/managed-by: kopf`` and
+the ConfigMap itself (``erase``). The ConfigMap lives as long as its object
+(it is not re-created for every cause, even when it holds nothing). Labels: ``app.kubernetes.io/managed-by: kopf`` and
 ``kopf.dev/state: {prefix}``.
 
 The storages get the operator's API session from the framework
@@ -105,7 +105,7 @@ class _StateMaps:
         return data if isinstance(data, Mapping) else {}
 
     async def write(self, body: Body, changes: Mapping[str, str | None]) -> None:
-        """Apply the changes (``None`` removes a key); create the ConfigMap if needed, delete it when empty."""
+        """Apply the changes (``None`` removes a key); create the ConfigMap if there is none yet."""
         namespace, name = self.locate(body)
         current = await self.cluster.read(CONFIGMAPS, namespace=namespace, name=name, body=body)
         additions = {key: value for key, value in changes.items() if value is not None}
@@ -114,12 +114,6 @@ class _StateMaps:
                 return
             obj = self._new(body, namespace=namespace, name=name, data=additions)
             if await self.cluster.create(CONFIGMAPS, namespace=namespace, obj=obj, body=body) is not None:
-                return
-        else:
-            data = current.get('data')
-            remaining = {**(data if isinstance(data, Mapping) else {}), **changes}
-            if not any(value is not None for value in remaining.values()):
-                await self.cluster.delete(CONFIGMAPS, namespace=namespace, name=name, body=body)
                 return
         patched = await self.cluster.patch(CONFIGMAPS, namespace=namespace, name=name, body=body,
                                            patch={'data': dict(changes)})

@@ -33,7 +33,7 @@ DEFAULT_PREFIX = 'kopf.zalando.org'
 LAST_HANDLED_NAME = 'last-handled-configuration'
 KUBECTL_LAST_APPLIED = 'kubectl.kubernetes.io/last-applied-configuration'
 
-# Annotations are limited to 256 KiB per object in total; warn well before that.
+# Annotations are limited to 256 KiB per object in total; the annotation budget warns well before that.
 ESSENCE_SIZE_WARNING = 128 * 1024
 
 _SYSTEM_TOP_LEVEL = ('apiVersion', 'kind', 'status')
@@ -193,15 +193,6 @@ def _same(stored: Any, essence: Essence) -> bool:
         return False
 
 
-def _warn_if_large(encoded: str, *, where: str, body: Body) -> None:
-    if len(encoded.encode('utf-8')) > ESSENCE_SIZE_WARNING:
-        logger.warning(
-            "The last-handled configuration of %s is %d bytes large (in %s); "
-            "Kubernetes limits all annotations of an object to 256 KiB together. "
-            "Consider kopf.StatusDiffBaseStorage or a smaller object.",
-            body.describe(), len(encoded), where)
-
-
 class AnnotationsDiffBaseStorage(DiffBaseStorage):
     """
     The essence as compact JSON in one annotation, ``kopf.zalando.org/last-handled-configuration``.
@@ -247,9 +238,7 @@ class AnnotationsDiffBaseStorage(DiffBaseStorage):
     def store(self, *, body: Body, patch: Patch, essence: Essence) -> None:
         stored = body.metadata.annotations.get(self.name)
         if not _same(stored, essence):
-            encoded = encode_essence(essence)
-            _warn_if_large(encoded, where=f"annotation {self.name!r}", body=body)
-            patch.meta.annotations[self.name] = encoded
+            patch.meta.annotations[self.name] = encode_essence(essence)
 
     def purge(self, *, body: Body, patch: Patch) -> None:
         if self.name in body.metadata.annotations:

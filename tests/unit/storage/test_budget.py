@@ -46,6 +46,17 @@ def test_a_patch_that_fits_is_sent_as_it_is(body):
     assert fitted.patch is patch
 
 
+def test_a_big_diffbase_that_still_fits_is_a_warning(caplog):
+    body = big_object(spec_size=140_000, kubectl_size=10)
+    patch, _ = concluding_patch(body)
+    fitted = budget.fit(body=body, patch=patch, essential=None, extras=(), diffbase=kopf.AnnotationsDiffBaseStorage(),
+                        logger=logger)
+    assert fitted.patch is patch
+    [warning] = caplog.records
+    assert warning.levelno == logging.WARNING and 'KopfExample ns1/big' in warning.getMessage()
+    assert '262144 bytes together' in warning.getMessage()
+
+
 def test_an_oversized_diffbase_is_stored_trimmed_and_it_is_said_once(caplog):
     body = big_object()
     patch, essence = concluding_patch(body)
@@ -59,7 +70,8 @@ def test_an_oversized_diffbase_is_stored_trimmed_and_it_is_said_once(caplog):
     assert stored['spec']['field'] == 'value'  # the rest stays precise
     assert trimming.restore(stored, current=essence) == essence  # and unchanged, it reads as unchanged
 
-    [error] = [r for r in caplog.records if r.levelno == logging.ERROR]
+    [error] = caplog.records  # no other warnings about it
+    assert error.levelno == logging.ERROR
     text = error.getMessage()
     assert 'KopfExample ns1/big' in text and str(budget.LIMIT) in text
     assert f'{KUBECTL} (150048 bytes)' in text and LAST in text  # the biggest keys with their sizes

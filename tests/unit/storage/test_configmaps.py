@@ -127,12 +127,14 @@ async def test_both_storages_read_the_configmap_once_per_cycle(api, both):
     assert len(api.requests) == 2
 
 
-async def test_a_configmap_without_keys_is_deleted(api, progress):
+async def test_a_configmap_without_keys_lives_as_long_as_its_object(api, progress):
     body = obj()
     await progress.store(key='a', record=RECORD, body=body, patch=Patch())
     await progress.flush()
     await progress.purge(key='a', body=body, patch=Patch())
     await progress.flush()
+    assert api.objects[('ns1', 'kopf-uid-1')]['data'] == {}
+    await progress.erase(body=body)
     assert api.objects == {}
 
 
