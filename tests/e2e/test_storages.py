@@ -323,3 +323,12 @@ def test_annotations_over_the_limit_are_never_sent_and_never_block_the_deletion(
     assert [c['handler'] for c in read_calls(start.calls)].count('delete') == 1
     assert [c['handler'] for c in read_calls(start.calls)].count('first') == 1
     assert operator.stop() == 0
+
+
+def test_a_sqlite_file_that_cannot_be_used_stops_the_operator_at_startup_naming_it(start, tmp_path):
+    path = tmp_path / 'no-such-directory' / 'state.db'
+    refused = start(E2E_STORAGE=f'sqlite:{path}')
+    assert refused.process.wait(timeout=30) == 1
+    errors = [line for line in refused.output.splitlines() if line.startswith('Error:')]
+    assert len(errors) == 1 and str(path) in errors[0] and 'does not exist' in errors[0]
+    assert 'Traceback' not in refused.output and 'Handling cycle' not in refused.output
