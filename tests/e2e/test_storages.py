@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.harness import REPO, read_calls
+from tests.e2e.harness import OPERATORS, REPO, read_calls
 from tests.e2e.kubeapi import KubeAPI
 
 GROUP, VERSION = 'e2e.kopf.dev', 'v1'
@@ -110,9 +110,10 @@ def quiet(kube: KubeAPI, *, period: float = 2.0, timeout: float = 30) -> collect
     return last
 
 
-def kopf_cli(*args: str, kubeconfig: Path) -> subprocess.CompletedProcess[str]:
-    """The ``kopf`` command as users run it; only the kubeconfig comes from the test."""
-    env = {'KUBECONFIG': str(kubeconfig), 'PYTHONPATH': str(REPO), 'PATH': os.environ.get('PATH', '/usr/bin')}
+def kopf_cli(*args: str, kubeconfig: Path, **extra: str) -> subprocess.CompletedProcess[str]:
+    """The ``kopf`` command as users run it; only the kubeconfig (and an operator's settings) come from the test."""
+    env = {'KUBECONFIG': str(kubeconfig), 'PYTHONPATH': str(REPO), 'PATH': os.environ.get('PATH', '/usr/bin'),
+           **extra}
     return subprocess.run([sys.executable, '-m', 'kopf', *args], capture_output=True, text=True, timeout=60,
                           cwd=REPO, env=env)
 
@@ -215,7 +216,7 @@ def test_inspect_then_migrate_and_the_new_storage_runs_nothing_again(kube, names
     old = start()  # the default: annotations
     old.wait_for_output('Serving')
     done = create(kube, namespace, 'done')
-    waiting = create(kube, namespace, 'waiting', fails=1, delay=6)
+    waiting = create(kube, namespace, 'waiting', fails=1, delay=10)
     old.wait(lambda: len(read_calls(start.calls)) == 4 and LAST in ours(kube.get(done)),
              what="the first handlers", timeout=20)
     old.wait(lambda: json.loads(ours(kube.get(waiting)).get(f'{PREFIX}/second', '{}')).get('retries') == 1,
@@ -228,7 +229,7 @@ def test_inspect_then_migrate_and_the_new_storage_runs_nothing_again(kube, names
     block = table.stdout.split('\n\n')[1]
     assert block.startswith(f'{PLURAL}.{VERSION}.{GROUP} {namespace}/waiting')
     assert f'finalizer:     {FINALIZER} (present)' in block
-    assert re.search(r'second +waiting +1 .* \(in \d+s\) +not yet', block), block
+    assert re.search(r'second +waiting +1 .* \(in \d+s\) +not yet', block), block  # 10 s are not over yet
     assert re.search(r'first +succeeded +1', block), block
     listed = json.loads(kopf_cli('inspect', RESOURCE, '-n', namespace, '-o', 'json', kubeconfig=kubeconfig).stdout)
     assert [(o['name'], [h['id'] for h in o['handlers']], o['last_handled']) for o in listed] == [
@@ -250,8 +251,14 @@ def test_inspect_then_migrate_and_the_new_storage_runs_nothing_again(kube, names
     assert '2 object(s)' in again.stdout and again.returncode == 0
     there = json.loads(kopf_cli('inspect', RESOURCE, 'waiting', '-n', namespace, '--progress-storage', 'configmaps',
                                 '-o', 'json', kubeconfig=kubeconfig).stdout)
-    assert [(h['id'], h['state'], h['attempts']) for h in there[0]['handlers']] == [
-        ('first', 'succeeded', 1), ('second', 'waiting', 1)]
+    def progress(listed: list[dict[str, Any]]) -> list[tuple[str, str, int]]:
+        return [(h['id'], h['state'].replace('due', 'waiting'), h['attempts']) for h in listed[0]['handlers']]
+    assert progress(there) == [('first', 'succeeded', 1), ('second', 'waiting', 1)]  # or due by now
+    operator_file = str(OPERATORS / 'storages.py')  # the storages as its startup handlers configure them
+    configured = kopf_cli('inspect', RESOURCE, 'waiting', '-n', namespace, '-f', operator_file, '-o', 'json',
+                          kubeconfig=kubeconfig, E2E_STORAGE='configmaps', E2E_RESOURCE=RESOURCE,
+                          E2E_CALLS=str(tmp_path / 'inspect-calls.jsonl'))
+    assert progress(json.loads(configured.stdout)) == progress(there), configured.stderr
 
     # The operator with the new storage continues: the retry is done, nothing else runs (no create, no update).
     new = start(E2E_STORAGE='configmaps')
@@ -283,12 +290,14 @@ def test_inspect_explains_in_one_line_what_it_cannot_do(kube, namespace, kubecon
 
 
 def test_a_status_storage_on_a_pruning_schema_is_reported_before_any_object(kube, namespace, start):
+    create(kube, namespace, 'existing')
     warned = start(E2E_STORAGE='status')
-    warned.wait_for_output('x-kubernetes-preserve-unknown-fields')
-    [line] = [line for line in warned.output.splitlines() if 'x-kubernetes-preserve-unknown-fields' in line]
-    assert 'WARNING' in line and f'{PLURAL}.{GROUP}' in line and 'status.kopf.progress' in line
-    assert 'kopf.AnnotationsProgressStorage' in line
-    assert 'Handling cycle' not in warned.output
+    warned.wait_for_output('Handling cycle')
+    lines = warned.output.splitlines()
+    [warning] = [index for index, line in enumerate(lines) if 'x-kubernetes-preserve-unknown-fields' in line]
+    assert warning < min(index for index, line in enumerate(lines) if 'Handling cycle' in line)
+    assert 'WARNING' in lines[warning] and f'CRD {PLURAL}.{GROUP}' in lines[warning]
+    assert 'status.kopf.progress' in lines[warning] and 'kopf.AnnotationsProgressStorage' in lines[warning]
     assert warned.stop() == 0
 
     refused = start(E2E_STORAGE='status', E2E_FAIL_ON_PRUNING='1')
