@@ -31,7 +31,7 @@ from kopf.clients.errors import APIConnectionError, APIError, describe_api_failu
 from kopf.config import OperatorConfig
 from kopf.engines import logsetup
 from kopf.errors import ActivityError
-from kopf.reactor import running
+from kopf.reactor import peering, running
 from kopf.reactor.registries import OperatorRegistry, get_default_registry
 from kopf.storage.errors import StorageError
 from kopf.tools import commands
@@ -102,8 +102,14 @@ def main() -> None:
 @click.option('-m', '--module', 'modules', multiple=True, help="An operator module to import (repeatable).")
 @click.option('-n', '--namespace', 'namespaces', multiple=True, help="A namespace to serve (repeatable).")
 @click.option('-A', '--all-namespaces', 'clusterwide', is_flag=True, help="Serve all namespaces.")
-@click.option('--standalone', is_flag=True, help="Do not coordinate with other operator instances.")
+@click.option('--standalone', is_flag=True, help="Do not coordinate with other operator instances (the default).")
 @click.option('--dev', is_flag=True, help="Development mode: the same as --standalone.")
+@click.option('--ha', is_flag=True, help="High availability: one replica handles, the others stand by (a Lease).")
+@click.option('--shards', is_flag=True, help="Sharding: every replica handles its share of the objects (Leases).")
+@click.option('--lease-name', help="The name of the Lease(s) of --ha/--shards (default: from the operator's files).")
+@click.option('--lease-namespace', help="The namespace of the Lease(s) (default: the one served namespace, "
+                                        "else the credentials' namespace).")
+@click.option('--identity', help="This replica's unique name among its peers (default: host name and a random suffix).")
 @click.option('-L', '--liveness', 'liveness_endpoint', metavar='URL',
               help="Serve a liveness endpoint for Kubernetes probes, e.g. http://0.0.0.0:8080/healthz.")
 @click.option('-P', '--peering', 'peering_name', hidden=True, help="Kopf's peering: not used, see --ha/--shards.")
@@ -124,6 +130,11 @@ def run(
         clusterwide: bool,
         standalone: bool,
         dev: bool,
+        ha: bool,
+        shards: bool,
+        lease_name: str | None,
+        lease_namespace: str | None,
+        identity: str | None,
         liveness_endpoint: str | None,
         peering_name: str | None,
         priority: int | None,
@@ -142,6 +153,12 @@ def run(
         raise click.UsageError("Give at least one operator file or a module with -m.")
     if namespaces and clusterwide:
         raise click.UsageError("Use either -n/--namespace or -A/--all-namespaces, not both.")
+    coordination = [flag for flag, given in [('--standalone', standalone or dev), ('--ha', ha), ('--shards', shards)]
+                    if given]
+    if len(coordination) > 1:
+        raise click.UsageError(f"Use only one of --standalone, --ha, --shards (got {' and '.join(coordination)}): "
+                               "a standalone operator does not coordinate with other replicas; --ha makes one "
+                               "replica handle everything, --shards shares the objects among all replicas.")
     logsetup.configure(debug=debug, verbose=verbose, quiet=quiet, log_format=log_format,
                        log_prefix=log_prefix, log_refkey=log_refkey)
     load_operator_code(paths, modules)
@@ -153,6 +170,11 @@ def run(
             namespaces=namespaces,
             clusterwide=clusterwide or not namespaces,
             standalone=standalone or dev,
+            ha=ha,
+            shards=shards,
+            peering_name=lease_name if lease_name is not None else peering.default_name([*paths, *modules]),
+            peering_namespace=lease_namespace,
+            identity=identity,
             liveness_endpoint=liveness_endpoint,
             stop_flag=controls.stop_flag,
             ready_flag=controls.ready_flag,

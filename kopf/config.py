@@ -222,6 +222,62 @@ class AdmissionConfig:
 
     server: WebhookServerProtocol | None = None
     managed: str | None = None
+PEERING_MODES = ('standalone', 'ha', 'shards')
+
+
+@dataclasses.dataclass
+class PeeringConfig:
+    """
+    How replicas of one operator coordinate through Kubernetes Leases (see docs/replicas.rst).
+
+    ``mode``: ``'standalone'`` (no coordination), ``'ha'`` (one leader
+    handles, the other replicas stand by) or ``'shards'`` (every replica
+    handles its share of the objects). ``name``: the Lease's name (HA) or
+    the prefix and label of the member Leases (shards); by default derived
+    from the operator's code. ``namespace``: where the Leases are; by
+    default the one served namespace, else the credentials' namespace, else
+    ``default``. ``identity``: this replica's name among its peers, unique;
+    by default the host name with a random suffix. The timing (seconds) is
+    that of Kubernetes' own controllers: a Lease is valid for
+    ``lease_duration`` after its last renewal; its holder renews it every
+    ``retry_period`` and stops handling if it has not renewed it for
+    ``renew_deadline``; replicas without a Lease try to get one every
+    ``retry_period``.
+    """
+
+    mode: str = 'standalone'
+    name: str | None = None
+    namespace: str | None = None
+    identity: str | None = None
+    lease_duration: int = 15
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+    @property
+    def standalone(self) -> bool:
+        """Kopf 1.x's spelling: whether replicas do not coordinate at all."""
+        return self.mode == 'standalone'
+
+    @standalone.setter
+    def standalone(self, value: bool) -> None:
+        if value:
+            self.mode = 'standalone'
+        elif self.mode == 'standalone':
+            raise ValueError("config.peering.standalone = False needs a way to coordinate: "
+                             "set config.peering.mode to 'ha' or 'shards' instead.")
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the setting if the combination cannot work."""
+        if self.mode not in PEERING_MODES:
+            raise ValueError(f"config.peering.mode must be one of {', '.join(PEERING_MODES)}; got {self.mode!r}.")
+        if isinstance(self.lease_duration, bool) or not isinstance(self.lease_duration, int):
+            raise ValueError("config.peering.lease_duration must be a whole number of seconds "
+                             f"(Leases count in seconds); got {self.lease_duration!r}.")
+        if not 0 < self.retry_period < self.renew_deadline < self.lease_duration:
+            raise ValueError(
+                "config.peering needs 0 < retry_period < renew_deadline < lease_duration; got "
+                f"retry_period={self.retry_period}, renew_deadline={self.renew_deadline}, "
+                f"lease_duration={self.lease_duration}.")
 
 
 class OperatorConfig:
@@ -236,6 +292,7 @@ class OperatorConfig:
         self.execution = ExecutionConfig()
         self.admission = AdmissionConfig()
         self.probing = ProbingConfig()
+        self.peering = PeeringConfig()
 
 
 OperatorSettings = OperatorConfig

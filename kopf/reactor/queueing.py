@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 logger = logging.getLogger('kopf.reactor.queueing')
@@ -45,6 +46,19 @@ class BatchingSettings(Protocol):
     worker_limit: int | None
 
 
+class Gate(Protocol):
+    """
+    Which objects this replica may handle now (see :mod:`kopf.reactor.fencing`); without a gate, all.
+
+    Events of objects not admitted are dropped; every processing runs inside
+    ``handling(key)``, which yields whether it may run at all.
+    """
+
+    def admits(self, key: str) -> bool: ...
+
+    def handling(self, key: str) -> AbstractAsyncContextManager[bool]: ...
+
+
 def object_key(raw_event: RawEvent) -> str:
     """Identify an object across events: by uid, or by namespace and name where no uid is given."""
     meta = raw_event.get('object', {}).get('metadata', {})
@@ -66,6 +80,7 @@ async def watch_objects(
         stream: AsyncIterator[RawEvent],
         processor: Processor,
         settings: BatchingSettings,
+        gate: Gate | None = None,
 ) -> None:
     """Route every event of a stream to its object's worker until the stream ends."""
     queues: dict[str, asyncio.Queue[RawEvent]] = {}
@@ -74,10 +89,13 @@ async def watch_objects(
     try:
         async for raw_event in stream:
             key = object_key(raw_event)
+            if gate is not None and not gate.admits(key):
+                continue  # another replica's object
             if key not in workers or workers[key].done():
                 queues[key] = asyncio.Queue()
                 workers[key] = asyncio.create_task(
-                    _worker(queue=queues[key], processor=processor, settings=settings, limiter=limiter),
+                    _worker(queue=queues[key], processor=processor, settings=settings, limiter=limiter,
+                            key=key, gate=gate),
                     name=f"kopf worker {key}")
                 workers[key].add_done_callback(_make_cleanup(key, queues, workers))
             await queues[key].put(raw_event)
@@ -116,8 +134,10 @@ async def _worker(
         processor: Processor,
         settings: BatchingSettings,
         limiter: asyncio.Semaphore | None,
+        key: str = '',
+        gate: Gate | None = None,
 ) -> None:
-    """Handle one object's events until it is gone or has been idle for a while."""
+    """Handle one object's events until it is gone, idle for a while, or not ours any more."""
     delay: float | None = None
     expected_rv: str | None = None
     last_event: RawEvent | None = None
@@ -141,7 +161,10 @@ async def _worker(
                                                               until_consistent=True)
 
         async with limiter if limiter is not None else contextlib.nullcontext():
-            outcome = await processor(raw_event, woken_up)
+            async with gate.handling(key) if gate is not None else contextlib.nullcontext(True) as admitted:
+                if not admitted:
+                    return  # not ours (any more): its owner handles it
+                outcome = await processor(raw_event, woken_up)
         # After our own patch, the patched object is the freshest known state: a wake-up without
         # new events must continue from it, never from the stale pre-patch event.
         last_event = raw_event if outcome.body is None else {'type': 'MODIFIED', 'object': outcome.body}

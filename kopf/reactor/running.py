@@ -22,7 +22,7 @@ from kopf.clients.auth import APIContext
 from kopf.clients.objects import ObjectsClient
 from kopf.config import OperatorConfig
 from kopf.engines import posting, probing
-from kopf.reactor import activities, preflight, probes, processing, queueing, serving
+from kopf.reactor import activities, fencing, peering, preflight, probes, processing, queueing, serving
 from kopf.reactor.registries import Activity, OperatorRegistry, get_default_registry
 from kopf.storage import cluster
 from kopf.storage.errors import StorageError
@@ -57,6 +57,11 @@ async def operator(
         namespace: str | None = None,
         clusterwide: bool = False,
         standalone: bool = False,
+        ha: bool = False,
+        shards: bool = False,
+        peering_name: str | None = None,
+        peering_namespace: str | None = None,
+        identity: str | None = None,
         liveness_endpoint: str | None = None,
         stop_flag: StopFlag | None = None,
         ready_flag: StopFlag | None = None,
@@ -64,7 +69,9 @@ async def operator(
     """Run the operator in the current event loop until it is stopped."""
     tasks = await spawn_tasks(registry=registry, config=config, settings=settings, memo=memo,
                               namespaces=namespaces, namespace=namespace, clusterwide=clusterwide,
-                              standalone=standalone, liveness_endpoint=liveness_endpoint,
+                              standalone=standalone, ha=ha, shards=shards, peering_name=peering_name,
+                              peering_namespace=peering_namespace, identity=identity,
+                              liveness_endpoint=liveness_endpoint,
                               stop_flag=stop_flag, ready_flag=ready_flag)
     await run_tasks(tasks)
 
@@ -79,6 +86,11 @@ async def spawn_tasks(
         namespace: str | None = None,
         clusterwide: bool = False,
         standalone: bool = False,
+        ha: bool = False,
+        shards: bool = False,
+        peering_name: str | None = None,
+        peering_namespace: str | None = None,
+        identity: str | None = None,
         liveness_endpoint: str | None = None,
         stop_flag: StopFlag | None = None,
         ready_flag: StopFlag | None = None,
@@ -88,16 +100,20 @@ async def spawn_tasks(
 
     ``settings`` is Kopf's name of ``config`` (give one of them).
     ``namespace`` is one more namespace to serve, as in Kopf.
-    ``standalone`` is accepted for compatibility: instances do not coordinate
-    with each other (there is no peering), so every instance is standalone.
+    ``ha``/``shards`` make replicas coordinate through Leases (see
+    docs/replicas.rst); ``standalone`` (the default) means no coordination.
+    These arguments go into ``config.peering`` before the startup handlers,
+    which may still change it.
     """
-    del standalone
     if config is not None and settings is not None and config is not settings:
         raise TypeError("Pass the operator's settings either as settings= or as config=, not both.")
     namespaces = (*namespaces, namespace) if namespace is not None else tuple(namespaces)
+    config = config or settings or OperatorConfig()
+    _configure_peering(config, standalone=standalone, ha=ha, shards=shards, name=peering_name,
+                       namespace=peering_namespace, identity=identity)
     task = asyncio.create_task(_serve(
         registry=registry or get_default_registry(),
-        config=config or settings or OperatorConfig(),
+        config=config,
         memo=memo if memo is not None else Memo(),
         namespaces=tuple(namespaces),
         clusterwide=clusterwide or not namespaces,
@@ -106,6 +122,27 @@ async def spawn_tasks(
         ready_flag=ready_flag,
     ), name='kopf operator')
     return [task]
+
+
+def _configure_peering(
+        config: OperatorConfig,
+        *,
+        standalone: bool,
+        ha: bool,
+        shards: bool,
+        name: str | None,
+        namespace: str | None,
+        identity: str | None,
+) -> None:
+    chosen = [option for option, flag in [('standalone', standalone), ('ha', ha), ('shards', shards)] if flag]
+    if len(chosen) > 1:
+        raise OperatorError(f"Choose one of standalone, ha, shards; got {' and '.join(chosen)}: "
+                            "a standalone operator does not coordinate, HA and shards coordinate differently.")
+    if chosen:
+        config.peering.mode = chosen[0]
+    for field, value in [('name', name), ('namespace', namespace), ('identity', identity)]:
+        if value is not None:
+            setattr(config.peering, field, value)
 
 
 async def run_tasks(
@@ -162,7 +199,7 @@ async def _serve(
         stopper = asyncio.create_task(_relay_stop_flag(stop_flag, stop)) if stop_flag is not None else None
         try:
             await activities.run_activity(registry=registry, activity=Activity.STARTUP, config=config,
-                                        memo=memo, logger=logger)
+                                          memo=memo, logger=logger)
             config.persistence.freeze()
             try:
                 async with contextlib.AsyncExitStack() as stack:
@@ -177,11 +214,16 @@ async def _serve(
                     await stack.enter_async_context(serving.admission_webhooks(
                         context=context, registry=registry, resources=admitted, config=config, memo=memo,
                         stop=stop, namespaces=None if clusterwide else namespaces))
+                    peers = await stack.enter_async_context(peering.peering(
+                        context=context, config=config.peering, namespaces=namespaces,
+                        clusterwide=clusterwide, stop=stop))
                     await _watch_all(context=context, resources=resources, registry=registry, config=config,
                                      memo=memo, namespaces=(None,) if clusterwide else namespaces,
-                                     stop=stop, ready_flag=ready_flag, health=health)
+                                     stop=stop, ready_flag=ready_flag, health=health, peers=peers)
             except (serving.AdmissionSetupError, StorageError) as e:
                 raise OperatorError(str(e)) from e
+            except peering.PeeringError as e:
+                raise OperatorError(str(e)) from None
         finally:
             health.stopping()
             if stopper is not None:
@@ -189,7 +231,7 @@ async def _serve(
             if liveness is not None:
                 await liveness.stop()
             await activities.run_activity(registry=registry, activity=Activity.CLEANUP, config=config,
-                                        memo=memo, logger=logger)
+                                          memo=memo, logger=logger)
     logger.info("The operator has stopped.")
 
 
@@ -269,8 +311,14 @@ async def _watch_all(
         stop: asyncio.Event,
         ready_flag: StopFlag | None,
         health: probing.Health | None = None,
+        peers: peering.Peering | None = None,
 ) -> None:
-    """Watch every resource in every namespace, and post events, until stopped."""
+    """
+    Watch every resource in every namespace, and post events, until stopped.
+
+    With replicas (``peers``), only what the gate permits is handled, and on
+    stopping, the running cycles finish while the Lease is still held.
+    """
     queue: asyncio.Queue[posting.K8sEvent] = asyncio.Queue()
     posting.event_queue_var.set(queue)
     posting.event_loop_var.set(asyncio.get_running_loop())
@@ -278,11 +326,17 @@ async def _watch_all(
     poster = asyncio.create_task(posting.poster(queue=queue, post=functools.partial(_post, context)))
     handler = posting.PostingHandler(settings=lambda: config.posting)
     logging.getLogger('kopf.objects').addHandler(handler)
+    gate = peers.gate if peers is not None else None
+    watch_stop = stop if peers is None else asyncio.Event()  # with peers: only after stepping down
+    handling_context = context if gate is None else fencing.FencedAPIContext(context, gate)
+    if gate is not None:  # storages in the cluster write to it under the same fence as the handling cycles
+        cluster.provide([config.persistence.progress_storage, config.persistence.diffbase_storage],
+                        cluster.ClusterAccess(ObjectsClient(handling_context)))
     watchers = [
         asyncio.create_task(_watch_one(
-            processing.ResourceWatch(context=context, resource=resource, selector=selector,
+            processing.ResourceWatch(context=handling_context, resource=resource, selector=selector,
                                      registry=registry, config=config, memo=memo),
-            namespace=namespace if resource.namespaced else None, stop=stop))
+            namespace=namespace if resource.namespaced else None, stop=watch_stop, gate=gate))
         for selector, resource in resources.items()
         for namespace in (namespaces if resource.namespaced else (None,))
     ]
@@ -293,7 +347,10 @@ async def _watch_all(
     try:
         stopped = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait([stopped, *watchers], return_when=asyncio.FIRST_COMPLETED)
+        if peers is not None:
+            await peers.step_down(timeout=config.batching.exit_timeout)
         stop.set()
+        watch_stop.set()
         failed = [task for task in done if task is not stopped and task.exception() is not None]
         await asyncio.wait_for(asyncio.gather(*watchers, return_exceptions=True), GRACEFUL_EXIT_TIMEOUT)
         if failed:
@@ -308,11 +365,20 @@ async def _watch_all(
         await asyncio.gather(poster, return_exceptions=True)
 
 
-async def _watch_one(watch: processing.ResourceWatch, *, namespace: str | None, stop: asyncio.Event) -> None:
-    stream = watching.infinite_watch(context=watch.context, resource=watch.resource, namespace=namespace,
-                                     settings=watch.config.watching, stop=stop)
+async def _watch_one(
+        watch: processing.ResourceWatch,
+        *,
+        namespace: str | None,
+        stop: asyncio.Event,
+        gate: fencing.Gate | None = None,
+) -> None:
+    def open_stream(until: asyncio.Event) -> AsyncIterator[watching.RawEvent]:
+        return watching.infinite_watch(context=watch.context, resource=watch.resource, namespace=namespace,
+                                       settings=watch.config.watching, stop=until)
+
+    stream = open_stream(stop) if gate is None else fencing.gated_stream(gate, open_stream, stop=stop)
     await queueing.watch_objects(stream=stream, processor=functools.partial(processing.process_event, watch),
-                                 settings=watch.config.batching)
+                                 settings=watch.config.batching, gate=gate)
 
 
 async def _post(context: APIContext, item: posting.K8sEvent) -> None:

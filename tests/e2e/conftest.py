@@ -40,6 +40,17 @@ def kubeconfig(control_plane: ControlPlane) -> Path:
 
 
 @pytest.fixture(scope="session")
+def user_kubeconfig(control_plane: ControlPlane) -> Callable[..., Path]:
+    """``user_kubeconfig(name, groups=())``: the kubeconfig of a non-admin user, for RBAC tests.
+
+    The user authenticates with a client certificate (CN=name, O=groups) and
+    may do nothing beyond what every authenticated user may, until the test
+    binds roles to the name or the groups.
+    """
+    return control_plane.user_kubeconfig
+
+
+@pytest.fixture(scope="session")
 def kube(control_plane: ControlPlane) -> KubeAPI:
     """A plain client for checking what the server really holds."""
     return KubeAPI(control_plane)

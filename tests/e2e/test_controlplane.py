@@ -18,6 +18,7 @@ from http.client import HTTPResponse
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.e2e.controlplane import ControlPlane
 
@@ -421,3 +422,29 @@ def test_watch_from_an_expired_resource_version_reports_410_gone(api: Api, kopfe
     assert events[0]["object"]["kind"] == "Status"
     assert events[0]["object"]["code"] == 410
     assert events[0]["object"]["reason"] == "Expired"
+
+
+# --------------------------------------------------------------------------- #
+# 6. Non-admin users, for RBAC tests
+# --------------------------------------------------------------------------- #
+
+
+def test_a_user_kubeconfig_authenticates_as_that_user_and_grants_nothing(control_plane: ControlPlane) -> None:
+    path = control_plane.user_kubeconfig("jane", groups=("team-a", "team-b"))
+    config = yaml.safe_load(path.read_text())
+    user = config["users"][0]["user"]
+    context = ssl.create_default_context(cafile=config["clusters"][0]["cluster"]["certificate-authority"])
+    context.load_cert_chain(user["client-certificate"], user["client-key"])
+    server = config["clusters"][0]["cluster"]["server"]
+
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    request = urllib.request.Request(f"{server}/apis/authentication.k8s.io/v1/selfsubjectreviews", method="POST",
+                                     data=json.dumps(review).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, context=context, timeout=10) as response:
+        info = json.loads(response.read())["status"]["userInfo"]
+    assert info["username"] == "jane"
+    assert {"team-a", "team-b", "system:authenticated"} <= set(info["groups"])
+
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(f"{server}/api/v1/namespaces", context=context, timeout=10)
+    assert err.value.code == 403

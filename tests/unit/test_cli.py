@@ -187,3 +187,25 @@ def test_the_runners_registry_and_settings_reach_the_operator(monkeypatch, opera
     assert result.exit_code == 0, result.output
     assert runs[0]['registry'] is registry
     assert runs[0]['settings'] is settings
+@pytest.mark.parametrize('flags', [('--standalone', '--ha'), ('--standalone', '--shards'), ('--ha', '--shards')])
+def test_coordination_modes_exclude_each_other(invoke, tmp_path, flags):
+    path = tmp_path / 'op.py'
+    path.write_text('')
+    result = invoke('run', str(path), *flags)
+    assert result.exit_code == 2
+    assert 'Use only one of --standalone, --ha, --shards' in result.output
+    assert ' and '.join(flags) in result.output
+
+
+def test_replica_options_reach_the_operator(monkeypatch, tmp_path, invoke):
+    runs = []
+    monkeypatch.setattr(cli.running, 'run', lambda **kwargs: runs.append(kwargs))
+    path = tmp_path / 'my_op.py'
+    path.write_text('')
+    assert invoke('run', str(path), '--shards', '--lease-namespace', 'ops', '--identity', 'pod-1').exit_code == 0
+    assert runs[0]['shards'] is True and runs[0]['ha'] is False
+    assert runs[0]['peering_name'] == 'kopf-my-op'  # from the operator's file unless --lease-name is given
+    assert runs[0]['peering_namespace'] == 'ops'
+    assert runs[0]['identity'] == 'pod-1'
+    assert invoke('run', str(path), '--ha', '--lease-name', 'my-lease').exit_code == 0
+    assert runs[1]['ha'] is True and runs[1]['peering_name'] == 'my-lease'

@@ -92,3 +92,33 @@ def test_max_workers_resizes_the_executor():
     assert config.execution.executor is not old
     with pytest.raises(ValueError):
         config.execution.max_workers = 0
+
+
+def test_peering_defaults_are_those_of_kubernetes_controllers():
+    peering = OperatorConfig().peering
+    assert peering.mode == 'standalone' and peering.standalone
+    assert (peering.lease_duration, peering.renew_deadline, peering.retry_period) == (15, 10.0, 2.0)
+    peering.validate()
+
+
+@pytest.mark.parametrize('changes, message', [
+    ({'mode': 'peers'}, "mode must be one of standalone, ha, shards"),
+    ({'lease_duration': 1.5}, "lease_duration must be a whole number"),
+    ({'renew_deadline': 15}, "retry_period < renew_deadline < lease_duration"),
+    ({'retry_period': 0}, "retry_period < renew_deadline < lease_duration"),
+])
+def test_peering_settings_that_cannot_work_are_named(changes, message):
+    peering = OperatorConfig().peering
+    for name, value in changes.items():
+        setattr(peering, name, value)
+    with pytest.raises(ValueError, match=message):
+        peering.validate()
+
+
+def test_peering_standalone_is_kopfs_spelling_of_the_mode():
+    peering = OperatorConfig().peering
+    peering.mode = 'shards'
+    peering.standalone = True
+    assert peering.mode == 'standalone'
+    with pytest.raises(ValueError, match=r"set config\.peering\.mode to 'ha' or 'shards'"):
+        peering.standalone = False

@@ -515,6 +515,35 @@ class ControlPlane:
             with _running_lock:
                 _running.discard(self)
 
+    def user_kubeconfig(self, name: str, groups: tuple[str, ...] | list[str] = ()) -> Path:
+        """A kubeconfig of a non-admin user: a client certificate with CN=name and O=groups, signed by our CA.
+
+        The user has no permissions beyond what every authenticated user has,
+        until a test binds roles to the name or to one of the groups.
+        """
+        if self.workdir is None or self.ca_file is None or self.kubeconfig is None:
+            raise ControlPlaneError("The control plane is not started.")
+        users = self.workdir / "users"
+        users.mkdir(exist_ok=True)
+        ca_key = serialization.load_pem_private_key((self.workdir / "certs" / "ca.key").read_bytes(), password=None)
+        ca_cert = x509.load_pem_x509_certificate(self.ca_file.read_bytes())
+        assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+        key = ec.generate_private_key(ec.SECP256R1())
+        subject = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, group) for group in groups]
+        subject.append(x509.NameAttribute(NameOID.COMMON_NAME, name))
+        cert = _issue_cert(
+            subject=x509.Name(subject),
+            public_key=key.public_key(),
+            issuer=ca_cert.subject,
+            issuer_key=ca_key,
+            usages=[ExtendedKeyUsageOID.CLIENT_AUTH],
+        )
+        cert_file, key_file = users / f"{name}.crt", users / f"{name}.key"
+        cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        _write_private_key(key_file, key)
+        return self._write_kubeconfig(users / f"{name}.kubeconfig", user=name, cert_file=cert_file,
+                                      key_file=key_file)
+
     def ssl_context(self) -> ssl.SSLContext:
         """A TLS context trusting our CA and presenting the admin client cert."""
         if self.ca_file is None or self.cert_file is None or self.key_file is None:
@@ -628,7 +657,9 @@ class ControlPlane:
             ],
         )
         self._wait_for_apiserver(deadline)
-        self.kubeconfig = self._write_kubeconfig()
+        assert self.cert_file is not None and self.key_file is not None
+        self.kubeconfig = self._write_kubeconfig(self.workdir / "kubeconfig", user="admin",
+                                                 cert_file=self.cert_file, key_file=self.key_file)
 
     def _check_alive(self, name: str, proc: subprocess.Popen[bytes] | None) -> None:
         """Fail fast with the server's log when it has exited during startup."""
@@ -689,11 +720,9 @@ class ControlPlane:
                     last_error = str(exc)
                 time.sleep(0.1)
 
-    def _write_kubeconfig(self) -> Path:
-        """A kubeconfig for the admin user; JSON-quoted strings are valid YAML."""
-        assert self.workdir is not None
+    def _write_kubeconfig(self, path: Path, *, user: str, cert_file: Path, key_file: Path) -> Path:
+        """A kubeconfig for a user with a client certificate; JSON-quoted strings are valid YAML."""
         q = json.dumps
-        path = self.workdir / "kubeconfig"
         path.write_text(
             "apiVersion: v1\n"
             "kind: Config\n"
@@ -703,15 +732,15 @@ class ControlPlane:
             f"    server: {q(self.server)}\n"
             f"    certificate-authority: {q(str(self.ca_file))}\n"
             "users:\n"
-            "- name: admin\n"
+            f"- name: {q(user)}\n"
             "  user:\n"
-            f"    client-certificate: {q(str(self.cert_file))}\n"
-            f"    client-key: {q(str(self.key_file))}\n"
+            f"    client-certificate: {q(str(cert_file))}\n"
+            f"    client-key: {q(str(key_file))}\n"
             "contexts:\n"
             "- name: kopf-controlplane\n"
             "  context:\n"
             "    cluster: kopf-controlplane\n"
-            "    user: admin\n"
+            f"    user: {q(user)}\n"
             "    namespace: default\n"
             "current-context: kopf-controlplane\n"
         )

@@ -203,3 +203,25 @@ def test_handlers_of_everything_serve_every_watched_resource():
     assert [h.fn for h in registry.get_watching_handlers(by_name)] == [everything_fn, pods_fn]
     assert [h.fn for h in registry.get_watching_handlers(scanned)] == [everything_fn]
     assert [h.fn for h in registry.get_watching_handlers(CMS)] == [everything_fn]
+async def test_peering_arguments_go_into_the_config_before_startup(monkeypatch):
+    registry = OperatorRegistry()
+    config = OperatorConfig()
+    seen = []
+
+    @kopf.on.startup(registry=registry)
+    def configure(config, **_):
+        seen.append((config.peering.mode, config.peering.name, config.peering.namespace, config.peering.identity))
+
+    async def no_login(**_):
+        raise running.OperatorError("stop here")
+
+    monkeypatch.setattr(running, '_login', no_login)
+    with pytest.raises(running.OperatorError, match='stop here'):
+        await running.operator(registry=registry, config=config, shards=True, peering_name='op',
+                               peering_namespace='ns', identity='me')
+    assert seen == [('shards', 'op', 'ns', 'me')]
+
+
+async def test_conflicting_peering_arguments_stop_the_operator_at_once():
+    with pytest.raises(running.OperatorError, match='standalone and ha'):
+        await running.operator(registry=OperatorRegistry(), standalone=True, ha=True)

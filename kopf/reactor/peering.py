@@ -1,0 +1,697 @@
+"""
+Replicas of one operator: high availability and sharding over ``coordination.k8s.io/v1`` Leases.
+
+**HA** (``mode='ha'``): one Lease; its holder is the leader and handles all
+objects, the other replicas poll it and take it over once it has expired or
+been released. **Shards** (``mode='shards'``): every replica holds a Lease of
+its own (a *member Lease*, labelled with the operator's name); the live
+members share the objects by rendezvous hashing (:mod:`.ownership`).
+
+Time is judged as Kubernetes' controllers do it ("renew-time semantics"): a
+replica never compares another machine's timestamps with its own clock. A
+Lease counts as expired when its record has not changed for its
+``leaseDurationSeconds`` *as measured locally since this replica saw it
+change*. A holder measures from the moment it *sent* its last successful
+renewal, which precedes any observation of it, so only the clocks' rates
+must agree, not their readings.
+
+The holder's own deadlines (the fences, applied by :class:`.fencing.Gate`):
+
+* ``renew_deadline - retry_period`` after the last renewal: the soft fence --
+  no new handling cycles, and the cycles that have not begun to patch are
+  cancelled;
+* ``renew_deadline``: the hard fence -- every cycle is cancelled, no write is
+  sent;
+* ``lease_duration``: only now may another replica regard the Lease as expired.
+
+**Fencing of shard hand-overs.** Each member publishes, in its Lease, the
+ring (member list) it handles by. A member handles an object only if (1) its
+published ring gives the object to it, and (2) no other live member's
+published ring gives the object to that member -- judged by a listing of the
+Leases read *after* its own ring was published. A member that adopts a new
+ring first stops handling the objects the new ring takes away (it waits for
+their running cycles to finish), and only then publishes the ring. Two
+members cannot both pass (2) for one object: whichever published its ring
+later has read the other's ring after that one was published, and yields.
+An expired member has stopped handling by its hard fence before its Lease
+expires. Hence an object is never handled by two replicas at once, and since
+all progress lives in the object, the next owner continues where the
+previous one stopped.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import re
+import secrets
+import socket
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Collection, Iterator, Sequence
+from pathlib import Path
+
+import aiohttp
+
+from kopf.clients import access, leases
+from kopf.clients.auth import APIContext
+from kopf.clients.errors import APIConflictError, APIConnectionError, APIError, APIForbiddenError, APINotFoundError
+from kopf.clients.leases import Lease, LeaseSpec
+from kopf.config import PeeringConfig
+from kopf.reactor import ownership
+from kopf.reactor.fencing import Gate, everything, nothing
+from kopf.reactor.ownership import Ring, ShardPermit
+
+logger = logging.getLogger('kopf.reactor.peering')
+
+MEMBER_LABEL = 'kopf.dev/shards'  # on member Leases: the operator's peering name
+RING_ANNOTATION = 'kopf.dev/ring'  # on member Leases: the ring the member handles by
+
+# The Lease verbs each mode needs; the documented RBAC (docs/install.rst) grants exactly their union.
+VERBS = {
+    'ha': ('get', 'create', 'update'),
+    'shards': ('list', 'create', 'update', 'delete'),
+}
+
+_NAME_RE = re.compile(r'^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')
+MAX_NAME_LENGTH = 63  # the name is also a label value
+
+# Transient failures of one request: the loop tries again in the next period.
+_TRANSIENT = (APIError, APIConnectionError, aiohttp.ClientError, asyncio.TimeoutError)
+
+
+class PeeringError(Exception):
+    """Replicas cannot coordinate (e.g. RBAC forbids the Lease verbs); the message says what to do."""
+
+
+# Settings.
+
+@dataclasses.dataclass(frozen=True)
+class PeeringSettings:
+    """The resolved, validated peering settings of one running replica."""
+
+    mode: str
+    name: str
+    namespace: str
+    identity: str
+    lease_duration: int
+    renew_deadline: float
+    retry_period: float
+
+    @property
+    def soft_fence(self) -> float:
+        return self.renew_deadline - self.retry_period
+
+    @property
+    def request_timeout(self) -> float:
+        return self.renew_deadline - self.retry_period
+
+    @property
+    def member_lease_name(self) -> str:
+        return f'{self.name}-{self.identity}'[:253].rstrip('-.')
+
+
+def sanitize(text: str) -> str:
+    """Lowercase letters, digits and dashes only, as in the names of Kubernetes objects."""
+    return re.sub(r'-+', '-', re.sub(r'[^a-z0-9-]', '-', text.lower())).strip('-')
+
+
+def default_name(sources: Sequence[str] = ()) -> str:
+    """A Lease name from the operator's files or modules (``kopf run op.py`` gives ``kopf-op``)."""
+    if not sources:
+        main = getattr(sys.modules.get('__main__'), '__file__', None)
+        sources = [main] if main else []
+    stems = [sanitize(Path(source).stem if source.endswith('.py') else source) for source in sources]
+    name = '-'.join(['kopf', *[stem for stem in stems if stem]])
+    return name[:MAX_NAME_LENGTH].rstrip('-')
+
+
+def default_identity() -> str:
+    """The host name (in a pod: the pod's name) and a random suffix, unique per process."""
+    host = sanitize(socket.gethostname())[:48] or 'kopf'
+    return f'{host}-{os.getpid()}-{secrets.token_hex(3)}'
+
+
+def resolve(
+        config: PeeringConfig,
+        *,
+        namespaces: Collection[str],
+        clusterwide: bool,
+        default_namespace: str | None,
+) -> PeeringSettings:
+    """Fill in the defaults and check everything, naming the setting that is wrong."""
+    try:
+        config.validate()
+    except ValueError as e:
+        raise PeeringError(str(e)) from None
+    name = config.name if config.name is not None else default_name()
+    identity = config.identity if config.identity is not None else default_identity()
+    for what, value in [('name', name), ('identity', identity)]:
+        if len(value) > MAX_NAME_LENGTH or not _NAME_RE.match(value):
+            raise PeeringError(
+                f"The peering {what} {value!r} cannot be used in Lease names: use at most {MAX_NAME_LENGTH} "
+                f"lowercase letters, digits, '-' and '.', starting and ending with a letter or digit "
+                f"(--lease-name/--identity, or config.peering.{what}).")
+    if config.namespace is not None:
+        namespace = config.namespace
+    elif len(namespaces) == 1 and not clusterwide:
+        namespace = next(iter(namespaces))
+    else:
+        namespace = default_namespace or 'default'
+    return PeeringSettings(mode=config.mode, name=name, namespace=namespace, identity=identity,
+                           lease_duration=config.lease_duration, renew_deadline=config.renew_deadline,
+                           retry_period=config.retry_period)
+
+
+# The fences.
+
+class _Fences:
+    """
+    The deadlines that follow from the last successful renewal.
+
+    The gate checks them by the clock at every admission and write; the
+    timers here only cancel the running cycles at those moments and say so.
+    """
+
+    def __init__(self, gate: Gate, settings: PeeringSettings) -> None:
+        self.gate = gate
+        self.settings = settings
+        self.renewed_at: float | None = None
+        self._timers: list[asyncio.TimerHandle] = []
+
+    @property
+    def lost(self) -> bool:
+        """Whether the renew deadline has passed since the last renewal (if there was one)."""
+        return self.renewed_at is not None and time.monotonic() >= self.renewed_at + self.settings.renew_deadline
+
+    def renewed(self, sent_at: float) -> None:
+        """A renewal sent at this (monotonic) time has succeeded."""
+        self.cancel()
+        self.renewed_at = sent_at
+        self.gate.extend(admit_until=sent_at + self.settings.soft_fence,
+                         write_until=sent_at + self.settings.renew_deadline)
+        loop = asyncio.get_running_loop()  # loop.time() is time.monotonic()
+        self._timers = [
+            loop.call_at(sent_at + self.settings.soft_fence, self._soften),
+            loop.call_at(sent_at + self.settings.renew_deadline, self._harden),
+        ]
+
+    def cancel(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+        self._timers = []
+
+    def _soften(self) -> None:
+        cancelled = self.gate.soften()
+        logger.warning("The lease has not been renewed for %.1fs; no new handling (%d cycle(s) cancelled).",
+                       self.settings.soft_fence, cancelled)
+
+    def _harden(self) -> None:
+        self.gate.harden()
+        logger.error("The lease has not been renewed within the renew deadline of %.1fs: stopped handling "
+                     "before it can expire (in %.1fs) and another replica takes over; trying to renew it.",
+                     self.settings.renew_deadline, self.settings.lease_duration - self.settings.renew_deadline)
+
+
+# Observations of other replicas' Leases, by renew-time semantics.
+
+class _Observations:
+    """When each Lease's record was last seen changing, by this replica's monotonic clock."""
+
+    def __init__(self, default_duration: int) -> None:
+        self.default_duration = default_duration
+        self._seen: dict[str, tuple[str, float]] = {}
+
+    def observe(self, lease: Lease, now: float) -> None:
+        previous = self._seen.get(lease.name)
+        if previous is None or previous[0] != lease.resource_version:
+            self._seen[lease.name] = (lease.resource_version, now)
+
+    def forget_others(self, names: Collection[str]) -> None:
+        self._seen = {name: seen for name, seen in self._seen.items() if name in names}
+
+    def expired(self, lease: Lease, now: float) -> bool:
+        """Released, or unchanged for its whole duration since we saw it change."""
+        if not lease.spec.holder:
+            return True
+        seen = self._seen.get(lease.name)
+        if seen is None or seen[0] != lease.resource_version:
+            return False
+        duration = lease.spec.duration if lease.spec.duration is not None else self.default_duration
+        return now - seen[1] >= duration
+
+
+# The modes.
+
+class _Replica:
+    """What both modes share: the loop, the gate, the fences, and the fatal errors."""
+
+    mode: str
+
+    def __init__(self, *, context: APIContext, gate: Gate, settings: PeeringSettings) -> None:
+        self.context = context
+        self.gate = gate
+        self.settings = settings
+        self.fences = _Fences(gate, settings)
+        self.observations = _Observations(settings.lease_duration)
+        self.closing = False
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            try:
+                await self.tick()
+            except _TRANSIENT as e:
+                logger.warning("Cannot coordinate through the lease(s) in %r right now: %s; retrying.",
+                               self.settings.namespace, _describe(e))
+            await asyncio.sleep(max(0.0, started + self.settings.retry_period - loop.time()))
+
+    async def tick(self) -> None:
+        raise NotImplementedError
+
+    async def release(self) -> None:
+        raise NotImplementedError
+
+    async def step_down(self, *, timeout: float) -> bool:
+        """Stop handling for good (the operator is stopping); wait for the running cycles while still renewing."""
+        self.closing = True
+        self.gate.permit(nothing, resync=False)
+        return await self.gate.drain(nothing, timeout=timeout)
+
+    @contextlib.contextmanager
+    def verb(self, verb: str) -> Iterator[None]:
+        """Turn a 403 of a Lease request into a fatal error that names the verb and the resource."""
+        try:
+            yield
+        except APIForbiddenError as e:
+            raise PeeringError(
+                f"RBAC forbids to {verb} {leases.RESOURCE} in the namespace {self.settings.namespace!r} "
+                f"({e}). Replicas with --{self.mode} need the verbs {', '.join(VERBS[self.mode])} on "
+                f"{leases.RESOURCE} (see the Role in docs/install.rst).") from None
+
+    @property
+    def timeout(self) -> float:
+        return self.settings.request_timeout
+
+
+class _Elector(_Replica):
+    """HA: one Lease, one leader; the others stand by and take over when it expires or is released."""
+
+    mode = 'ha'
+
+    def __init__(self, *, context: APIContext, gate: Gate, settings: PeeringSettings) -> None:
+        super().__init__(context=context, gate=gate, settings=settings)
+        self.lease: Lease | None = None  # as last seen
+        self.leading = False
+        self.leader: str | None = None  # as last logged
+
+    async def tick(self) -> None:
+        if self.fences.lost:
+            self.leading = False
+        if self.leading and self.lease is not None:
+            try:
+                await self._write(self.lease, acquire=False)
+                return
+            except APIConflictError:
+                logger.debug("The lease has changed meanwhile; reading it again.")
+            except APINotFoundError:
+                self.lease = None
+        with self.verb('get'):
+            lease = await leases.read_lease(context=self.context, namespace=self.settings.namespace,
+                                            name=self.settings.name, timeout=self.timeout)
+        now = time.monotonic()
+        if lease is None:
+            self._stand_by(None)
+            await self._create()
+            return
+        self.lease = lease
+        self.observations.observe(lease, now)
+        if lease.spec.holder == self.settings.identity:
+            await self._write(lease, acquire=False)
+        elif self.observations.expired(lease, now) and not self.closing:
+            await self._write(lease, acquire=True)
+        else:
+            self._stand_by(lease.spec.holder)
+
+    async def _create(self) -> None:
+        if self.closing:
+            return
+        stamp = leases.now()
+        sent = time.monotonic()
+        spec = LeaseSpec(holder=self.settings.identity, duration=self.settings.lease_duration,
+                         acquired=stamp, renewed=stamp)
+        try:
+            with self.verb('create'):
+                lease = await leases.create_lease(context=self.context, namespace=self.settings.namespace,
+                                                  name=self.settings.name, spec=spec, timeout=self.timeout)
+        except APIConflictError:
+            logger.debug("Another replica has created the lease first.")
+            return
+        self._lead(lease, sent)
+
+    async def _write(self, lease: Lease, *, acquire: bool) -> None:
+        """Renew the lease (ours) or take it over (expired or released); a 409 means someone was faster."""
+        stamp = leases.now()
+        sent = time.monotonic()
+        spec = LeaseSpec(holder=self.settings.identity, duration=self.settings.lease_duration,
+                         acquired=stamp if acquire else lease.spec.acquired or stamp, renewed=stamp,
+                         transitions=lease.spec.transitions + (1 if acquire else 0))
+        try:
+            with self.verb('update'):
+                renewed = await leases.replace_lease(lease=lease, context=self.context, spec=spec,
+                                                     timeout=self.timeout)
+        except APIConflictError:
+            if self.leading:
+                raise
+            logger.debug("Another replica has changed the lease first.")
+            return
+        if acquire and lease.spec.holder:
+            logger.info("Took over the lease %s/%s from %s: not renewed for %ss.",
+                        lease.namespace, lease.name, lease.spec.holder, lease.spec.duration)
+        elif acquire:
+            logger.info("Took over the lease %s/%s: released by its previous holder.", lease.namespace, lease.name)
+        self._lead(renewed, sent)
+
+    def _lead(self, lease: Lease, sent: float) -> None:
+        self.lease = lease
+        self.observations.observe(lease, time.monotonic())
+        self.fences.renewed(sent)
+        if self.closing:
+            return
+        if not self.leading:
+            logger.info("Leading as %s: the lease %s/%s is ours; handling the objects.",
+                        self.settings.identity, lease.namespace, lease.name)
+        if not self.leading or not self.gate.active:
+            self.leading = True
+            self.leader = self.settings.identity
+            self.gate.permit(everything, resync=True)
+
+    def _stand_by(self, holder: str | None) -> None:
+        if self.leading:
+            self.leading = False
+            self.fences.cancel()
+            self.gate.harden()
+            logger.error("The lease is held by %s now: stopped handling.", holder or 'nobody')
+        if holder is not None and holder != self.leader:
+            logger.info("Standing by: %s leads (the lease %s/%s).", holder, self.settings.namespace,
+                        self.settings.name)
+        self.leader = holder
+
+    async def release(self) -> None:
+        """Give the lease up at once, so that a standby takes over in one retry period, not one lease duration."""
+        self.fences.cancel()
+        self.gate.harden()
+        if not self.leading or self.lease is None:
+            return
+        spec = LeaseSpec(holder=None, duration=1, acquired=self.lease.spec.acquired, renewed=leases.now(),
+                         transitions=self.lease.spec.transitions)
+        try:
+            await leases.replace_lease(lease=self.lease, context=self.context, spec=spec, timeout=self.timeout)
+        except _TRANSIENT as e:
+            logger.warning("Cannot release the lease %s/%s: %s; the standbys take over when it expires.",
+                           self.settings.namespace, self.settings.name, _describe(e))
+            return
+        self.leading = False
+        logger.info("Released the lease %s/%s.", self.settings.namespace, self.settings.name)
+
+
+class _Member(_Replica):
+    """Shards: a member Lease of our own; the live members' rings decide what we handle."""
+
+    mode = 'shards'
+
+    def __init__(self, *, context: APIContext, gate: Gate, settings: PeeringSettings) -> None:
+        super().__init__(context=context, gate=gate, settings=settings)
+        self.lease: Lease | None = None  # our own, as last seen
+        self.adopted: Ring = ()  # what we handle by, or are moving to once published
+        self.published: Ring | None = None  # what the server has in our lease
+        self.permitted: tuple[Ring, dict[Ring, frozenset[str]]] | None = None  # what the gate permits by
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {MEMBER_LABEL: self.settings.name}
+
+    async def tick(self) -> None:
+        if self.fences.lost:
+            self._reset()
+        with self.verb('list'):
+            listed = await leases.list_leases(context=self.context, namespace=self.settings.namespace,
+                                              labels=self.labels, timeout=self.timeout)
+        now = time.monotonic()
+        own_name = self.settings.member_lease_name
+        self.observations.forget_others([lease.name for lease in listed])
+        others: dict[str, Ring] = {}
+        for lease in listed:
+            self.observations.observe(lease, now)
+            if lease.name == own_name:
+                if lease.spec.holder == self.settings.identity:
+                    self.lease = lease
+            elif self.observations.expired(lease, now):
+                await self._collect(lease)
+            elif lease.spec.holder:
+                others[lease.spec.holder] = ownership.parse_ring(lease.annotations.get(RING_ANNOTATION))
+        if self.lease is not None and own_name not in {lease.name for lease in listed}:
+            self._lose("Our member lease is gone (the others took it for expired)")
+
+        if not self.closing:
+            view = ownership.make_ring([*others, self.settings.identity])
+            self._permit(others, view)
+            if view != self.adopted and await self._let_go(view):
+                self.adopted = view
+                logger.info("Shard members (%d): %s; adopted the ring %s.", len(view), ', '.join(view),
+                            ownership.ring_version(view))
+        await self._renew()
+
+    def _permit(self, others: dict[str, Ring], view: Ring) -> None:
+        """
+        Permit by the ring we published before this listing, minus what the others' rings claim.
+
+        While moving to a new ring (``view``), only what both rings give us.
+        A listing may bring objects that were not ours before (changed rings
+        of ours or of the others): then the streams list the objects anew.
+        """
+        ring = self.published if self.published is not None else ()
+        permit = ShardPermit(self.settings.identity, ring, others, keep=view if view != ring else None)
+        inputs = (permit.ring, dict(permit.claims))
+        gained = inputs != self.permitted
+        self.permitted = inputs
+        self.gate.permit(permit if ring else nothing, resync=gained)
+
+    async def _let_go(self, view: Ring) -> bool:
+        """Wait for the running cycles of the objects that the new ring takes away; ``True`` if none is left."""
+        identity = self.settings.identity
+        released = await self.gate.drain(lambda key: ownership.owner(key, view) == identity,
+                                         timeout=self.settings.retry_period)
+        if not released:
+            logger.debug("Waiting for the cycles of the objects that move away to finish.")
+        return released
+
+    async def _renew(self) -> None:
+        """Publish our ring in our lease (creating it if needed); from now on the others see it."""
+        ring = (self.published or ()) if self.closing else self.adopted
+        stamp = leases.now()
+        sent = time.monotonic()
+        annotations = {RING_ANNOTATION: ownership.format_ring(ring)}
+        spec = LeaseSpec(holder=self.settings.identity, duration=self.settings.lease_duration,
+                         acquired=self.lease.spec.acquired if self.lease is not None else stamp, renewed=stamp)
+        try:
+            if self.lease is None:
+                if self.closing:
+                    return
+                with self.verb('create'):
+                    lease = await leases.create_lease(
+                        context=self.context, namespace=self.settings.namespace,
+                        name=self.settings.member_lease_name, spec=spec, labels=self.labels,
+                        annotations=annotations, timeout=self.timeout)
+            else:
+                with self.verb('update'):
+                    lease = await leases.replace_lease(lease=self.lease, context=self.context, spec=spec,
+                                                       labels=self.labels, annotations=annotations,
+                                                       timeout=self.timeout)
+        except APIConflictError:
+            logger.warning("The member lease %s was changed by someone else: is another replica running with "
+                           "the identity %r? Retrying.", self.settings.member_lease_name, self.settings.identity)
+            return
+        except APINotFoundError:
+            self._lose("Our member lease is gone (the others took it for expired)")
+            return
+        self.lease = lease
+        self.published = ring
+        self.fences.renewed(sent)
+
+    async def _collect(self, lease: Lease) -> None:
+        """Delete a member lease that has expired (unless it has changed since): that member has stopped."""
+        if self.closing:
+            return
+        try:
+            with self.verb('delete'):
+                deleted = await leases.delete_lease(lease=lease, context=self.context, timeout=self.timeout)
+        except APIConflictError:
+            return  # it was renewed meanwhile: not dead after all
+        if deleted:
+            logger.info("The member %s has left (its lease %s has expired).", lease.spec.holder or '?', lease.name)
+
+    def _lose(self, reason: str) -> None:
+        logger.error("%s: stopped handling; joining anew.", reason)
+        self.gate.harden()
+        self.fences.cancel()
+        self._reset()
+        self.lease = None
+
+    def _reset(self) -> None:
+        self.adopted = ()
+        self.published = None
+        self.permitted = None
+
+    async def release(self) -> None:
+        """Leave: delete our lease, so that the others take our objects over at once."""
+        self.fences.cancel()
+        self.gate.harden()
+        if self.lease is None:
+            return
+        try:
+            await leases.delete_lease(lease=self.lease, context=self.context, timeout=self.timeout)
+        except _TRANSIENT as e:
+            logger.warning("Cannot delete the member lease %s: %s; the others take over when it expires.",
+                           self.settings.member_lease_name, _describe(e))
+            return
+        logger.info("Left the shards: deleted the member lease %s.", self.settings.member_lease_name)
+
+
+# The entry point for running.py.
+
+class Peering:
+    """
+    A running replica's coordination: the gate for the handling, and the graceful stepping down.
+
+    The Lease loop runs in a thread with an event loop and an API session of
+    its own: synchronous handlers that keep the CPU busy slow the operator's
+    event loop down, sometimes by seconds, and the renewals must not wait
+    behind the handling they protect. (The fences hold regardless: the gate
+    checks its deadlines by the clock.)
+    """
+
+    def __init__(self, *, gate: Gate, replica: _Replica, stop: asyncio.Event) -> None:
+        self.gate = gate
+        self.replica = replica
+        self.released = False
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name='kopf peering', daemon=True)
+        self._thread.start()
+        self._stopping = asyncio.Event()  # used in the thread's loop only
+        self._future = asyncio.run_coroutine_threadsafe(self._lifecycle(), self._loop)
+        operator_loop = asyncio.get_running_loop()
+
+        def stop_the_operator(_: object) -> None:  # the coordination is over: so is the handling
+            if not operator_loop.is_closed():
+                operator_loop.call_soon_threadsafe(stop.set)
+
+        self._future.add_done_callback(stop_the_operator)
+
+    async def _lifecycle(self) -> None:
+        """In the thread: run until stopped or failed, then release the Lease."""
+        async with self.replica.context:
+            run = asyncio.create_task(self.replica.run(), name='kopf peering')
+            stopping = asyncio.create_task(self._stopping.wait())
+            await asyncio.wait([run, stopping], return_when=asyncio.FIRST_COMPLETED)
+            for task in (run, stopping):
+                task.cancel()
+            await asyncio.gather(run, stopping, return_exceptions=True)
+            await self.replica.release()
+            error = run.exception() if not run.cancelled() else None
+            if error is not None:
+                raise error
+
+    async def step_down(self, *, timeout: float) -> None:
+        """
+        Stop handling and give the Lease up (the operator is stopping).
+
+        The running cycles finish first, while the Lease is still renewed;
+        only then is it released, so that the next owner starts right away
+        but never while this replica still handles anything.
+        """
+        if not await self.replica.step_down(timeout=timeout):
+            logger.warning("%d handling cycle(s) did not finish within %.1fs of stopping; they are cancelled. "
+                           "A synchronous handler among them may still be running when the next owner starts.",
+                           self.gate.cycles, timeout)
+        await self.release()
+
+    async def release(self) -> None:
+        """Stop the Lease loop, release the Lease(s), and end the thread."""
+        if self.released:
+            return
+        self.released = True
+        self._loop.call_soon_threadsafe(self._stopping.set)
+        with contextlib.suppress(Exception):
+            await asyncio.wrap_future(self._future)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+        self._loop.close()
+
+    def error(self) -> PeeringError | None:
+        """Why the coordination has failed, if it has."""
+        if not self._future.done() or self._future.cancelled() or self._future.exception() is None:
+            return None
+        error = self._future.exception()
+        if isinstance(error, PeeringError):
+            return error
+        return PeeringError(f"Coordination with the other replicas has failed: {_describe(error)}")
+
+
+@contextlib.asynccontextmanager
+async def peering(
+        *,
+        context: APIContext,
+        config: PeeringConfig,
+        namespaces: Collection[str],
+        clusterwide: bool,
+        stop: asyncio.Event,
+) -> AsyncIterator[Peering | None]:
+    """
+    Coordinate with the other replicas while the operator runs; ``None`` for standalone operators.
+
+    A fatal problem (e.g. RBAC forbids the Lease verbs) stops the operator
+    and is raised as :class:`PeeringError` when the context exits.
+    """
+    if config.mode == 'standalone':
+        yield None
+        return
+    settings = resolve(config, namespaces=namespaces, clusterwide=clusterwide,
+                       default_namespace=context.info.default_namespace)
+    await _check_access(context, settings)
+    gate = Gate()
+    cls = _Elector if settings.mode == 'ha' else _Member
+    own_context = APIContext(context.info, retries=0)  # a session of its own, opened in the peering thread
+    replica: _Replica = cls(context=own_context, gate=gate, settings=settings)
+    logger.info("Coordinating as %s (%s) through the lease(s) %r in the namespace %r.",
+                settings.identity, 'HA' if settings.mode == 'ha' else 'shards', settings.name, settings.namespace)
+    peers = Peering(gate=gate, replica=replica, stop=stop)
+    try:
+        yield peers
+    finally:
+        await peers.release()
+    error = peers.error()
+    if error is not None:
+        raise error
+
+
+async def _check_access(context: APIContext, settings: PeeringSettings) -> None:
+    """Fail at start, naming the verbs, if RBAC forbids what this mode needs on Leases."""
+    denied = await access.denied_verbs(context=context, verbs=VERBS[settings.mode], group=leases.GROUP,
+                                       resource=leases.PLURAL, namespace=settings.namespace,
+                                       timeout=settings.request_timeout)
+    if denied:
+        raise PeeringError(
+            f"RBAC forbids to {', '.join(denied)} {leases.RESOURCE} in the namespace {settings.namespace!r}, "
+            f"which --{settings.mode} needs ({', '.join(VERBS[settings.mode])}). Grant these verbs to the "
+            f"operator's account (see the Role in docs/install.rst), or choose another namespace with "
+            f"--lease-namespace.")
+
+
+def _describe(error: BaseException | None) -> str:
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
