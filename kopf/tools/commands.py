@@ -16,11 +16,12 @@ from typing import Any
 
 from kopf.clients.errors import APIError
 from kopf.clients.session import APIContext
-from kopf.config import OperatorConfig
-from kopf.reactor import selection
+from kopf.config import OperatorConfig, PersistenceConfig
+from kopf.reactor import preflight, selection
 from kopf.reactor.registries import OperatorRegistry
-from kopf.storage.diffbase import DiffBaseStorage
-from kopf.storage.progress import ProgressStorage
+from kopf.storage.diffbase import AnnotationsDiffBaseStorage, DiffBaseStorage
+from kopf.storage.errors import StorageError
+from kopf.storage.progress import AnnotationsProgressStorage, ProgressStorage
 from kopf.structs.bodies import Body
 from kopf.structs.patches import Patch
 from kopf.structs.resources import Resource
@@ -94,6 +95,7 @@ async def migrate(
     config = OperatorConfig()
     async with session.connected(registry=registry, config=config) as context:
         resource = await session.resolve(context, objects.resource)
+        await _check_target(context, resource, pairs[1])
         found = await _objects(context, resource, objects)
         ids = selection.all_ids(registry, resource)
         storages = [s for pair in pairs for s in (pair.progress, pair.diffbase) if s is not None]
@@ -125,6 +127,17 @@ async def migrate(
     echo(f"{len(found)} object(s) of {resource}: {counts['moved']} {verb}, {counts['nothing']} with nothing to move, "
          f"{counts['skipped']} skipped, {counts['failed']} failed.")
     return complete
+
+
+async def _check_target(context: APIContext, resource: Resource, target: migrating.Pair) -> None:
+    """Refuse to move anything into status fields that the resource's schema would prune."""
+    persistence = PersistenceConfig(progress_storage=target.progress or AnnotationsProgressStorage(),
+                                    diffbase_storage=target.diffbase or AnnotationsDiffBaseStorage(),
+                                    fail_on_pruning=True)
+    try:
+        await preflight.check_persistence(context=context, resources=[resource], persistence=persistence)
+    except StorageError as e:
+        raise session.ToolError(f"Not migrating into a storage that the resource cannot keep: {e}") from None
 
 
 def _pairs(source: Specs, target: Specs) -> tuple[migrating.Pair, migrating.Pair]:

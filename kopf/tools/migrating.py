@@ -8,8 +8,8 @@ Per object, in an order that loses nothing if interrupted at any point:
 2. Write it all to the target, and make it durable there: flush the target,
    and send the object's patch if the target keeps its state in the object.
 3. Only then remove it from the source (purge each record, and the essence),
-   and make that durable too. Where both keep their state in the object,
-   steps 2 and 3 are one patch: atomic.
+   and make that durable too. Where both keep their state in the
+   annotations, steps 2 and 3 are one patch: atomic.
 
 Running it again is harmless: what has been moved is not in the source any
 more, and writing a record or an essence again to the target replaces it
@@ -127,24 +127,37 @@ async def migrate_object(
         await _send(send, body, written)
         return moved
 
-    # 2. Removed from the source: in the same patch if only the patch is touched, else after the target's patch.
-    together = _in_object(source)
-    if not together and written:
-        body = await _send(send, body, written) or body
-        written = Patch()
+    # 2. Removed from the source: together with the target's writes where that is one request (annotations
+    #    only), else only after the target's part has landed.
+    if _in_object(source):
+        removal, kept = await _removal(source, body=body, ids=moving, essence=essence is not None)
+        removal = _without_overlap(removal, written)
+        if set(written) | set(removal) <= {'metadata'}:
+            await _send(send, body, _merged(written, removal))
+        else:  # e.g. with the status subresource, the status part is a request of its own
+            await _send(send, body, written)
+            await _send(send, body, removal)
+    else:
+        await _send(send, body, written)
+        removal, kept = await _removal(source, body=body, ids=moving, essence=essence is not None)
+        await _send(send, body, removal)
+    return dataclasses.replace(moved, kept=tuple(kept))
+
+
+async def _removal(source: Pair, *, body: Body, ids: Collection[str], essence: bool) -> tuple[Patch, list[str]]:
+    """Forget the moved state in the source; what goes into the object is returned as a patch."""
     removal = Patch()
     kept: list[str] = []
-    if source.progress is not None and moving:
-        for handler_id in moving:
+    if source.progress is not None and ids:
+        for handler_id in ids:
             await calls.call(source.progress.purge, key=HandlerId(handler_id), body=body, patch=removal)
         await calls.call(source.progress.flush)
-    if source.diffbase is not None and essence is not None:
+    if source.diffbase is not None and essence:
         try:
             await calls.call(source.diffbase.purge, body=body, patch=removal)
         except NotImplementedError:
             kept.append("the last-handled configuration (the storage cannot forget it)")
-    await _send(send, body, _merged(written, _without_overlap(removal, written)))
-    return dataclasses.replace(moved, kept=tuple(kept))
+    return removal, kept
 
 
 async def _send(send: Send, body: Body, patch: Patch) -> Body | None:

@@ -274,6 +274,10 @@ def test_inspect_explains_in_one_line_what_it_cannot_do(kube, namespace, kubecon
     assert missing.returncode == 1
     assert missing.stderr.strip().count('\n') == 0 and 'nonexistents' in missing.stderr and 'Error:' in missing.stderr
 
+    pruned = kopf_cli('migrate', RESOURCE, '-n', namespace, '--from', 'smart', '--to', 'status', kubeconfig=kubeconfig)
+    assert pruned.returncode == 1 and pruned.stdout == ''  # nothing moved into fields the schema drops
+    assert pruned.stderr.strip().count('\n') == 0 and 'status.kopf' in pruned.stderr, pruned.stderr
+
     # A user who may do nothing at all (a fresh service account without any role).
     kube.create(f'/api/v1/namespaces/{namespace}/serviceaccounts',
                 {'apiVersion': 'v1', 'kind': 'ServiceAccount', 'metadata': {'name': 'nobody'}})

@@ -182,3 +182,13 @@ async def test_a_source_that_cannot_list_needs_the_handler_ids(sqlite):
     assert moved.skipped and 'cannot list' in moved.skipped
     moved = await migrating.migrate_object(server.body, source=source, target=sqlite, ids=['fn'], send=server.send)
     assert moved.records == ('fn',) and source.progress.records == {}
+
+
+async def test_into_the_status_the_target_lands_before_the_annotations_are_removed():
+    server = Server(in_annotations())
+    target = Pair(progress=kopf.StatusProgressStorage(), diffbase=kopf.StatusDiffBaseStorage())
+    await migrating.migrate_object(server.body, source=ANNOTATIONS, target=target, ids=[], send=server.send)
+    first, second = server.patches  # with the status subresource, a status part is a request of its own
+    assert set(first) == {'status'} and first['status']['kopf']['progress']['second']['retries'] == 1
+    assert set(second) == {'metadata'} and second['metadata']['annotations'][LAST] is None
+    assert server.annotations == {'user': 'value'}
