@@ -33,7 +33,7 @@ import copy
 import dataclasses
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from typing import Any, TypeAlias
 
 from kopf.storage import records, trimming
@@ -155,9 +155,9 @@ def _changes(patch: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return annotations if isinstance(annotations, Mapping) else {}
 
 
-def _changes_of(patch: Patch) -> dict[str, Any]:
-    """The patch's own (mutable) dict of annotation changes."""
-    return patch.setdefault('metadata', {}).setdefault('annotations', {})  # type: ignore[no-any-return]
+def _changes_of(patch: Patch) -> MutableMapping[str, Any]:
+    """The patch's own annotation changes, written through to the patch."""
+    return patch.meta.annotations
 
 
 def _fits(body: Body, patch: Mapping[str, Any]) -> bool:
