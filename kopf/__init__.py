@@ -45,6 +45,7 @@ from kopf.reactor.filters import ABSENT, PRESENT, all_, any_, none_, not_
 from kopf.reactor.lifecycles import get_default_lifecycle, set_default_lifecycle
 from kopf.reactor.registries import Activity, OperatorRegistry, get_default_registry, set_default_registry
 from kopf.reactor.running import OperatorError, operator, run, run_tasks, spawn_tasks
+from kopf.storage.configmaps import ConfigMapDiffBaseStorage, ConfigMapProgressStorage
 from kopf.storage.diffbase import (
     AnnotationsDiffBaseStorage,
     BodyEssence,
@@ -52,6 +53,7 @@ from kopf.storage.diffbase import (
     MultiDiffBaseStorage,
     StatusDiffBaseStorage,
 )
+from kopf.storage.errors import StorageError
 from kopf.storage.progress import (
     AnnotationsProgressStorage,
     MultiProgressStorage,
@@ -60,6 +62,7 @@ from kopf.storage.progress import (
     StatusProgressStorage,
 )
 from kopf.storage.records import ProgressRecord
+from kopf.storage.sqlite import SQLiteDiffBaseStorage, SQLiteProgressStorage
 from kopf.structs.bodies import Body, Meta, RawBody, Spec, Status
 from kopf.structs.credentials import ConnectionInfo
 from kopf.structs.dicts import FieldPath, FieldSpec
@@ -119,6 +122,8 @@ __all__ = [
     'AsyncDaemonStopperChecker',
     'Body',
     'BodyEssence',
+    'ConfigMapDiffBaseStorage',
+    'ConfigMapProgressStorage',
     'ConnectionInfo',
     'DaemonStopped',
     'DaemonStoppingReason',
@@ -162,6 +167,8 @@ __all__ = [
     'RawEventType',
     'Reason',
     'Resource',
+    'SQLiteDiffBaseStorage',
+    'SQLiteProgressStorage',
     'SSLPeer',
     'SmartProgressStorage',
     'Spec',
@@ -169,6 +176,7 @@ __all__ = [
     'StatusDiffBaseStorage',
     'StatusProgressStorage',
     'Store',
+    'StorageError',
     'SyncDaemonStopperChecker',
     'TemporaryError',
     'UserInfo',

@@ -1,5 +1,5 @@
 """
-The ``kopf`` command line: ``kopf run FILE... [-m MODULE]`` and its options.
+The ``kopf`` command line: ``kopf run FILE... [-m MODULE]`` and its options; ``kopf inspect`` and ``kopf migrate``.
 
 Operator code is imported first (which registers its handlers), then the
 operator runs until interrupted. An operator that cannot be imported ends the
@@ -24,7 +24,7 @@ import threading
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -35,7 +35,13 @@ from kopf.config import OperatorConfig
 from kopf.engines import logsetup
 from kopf.errors import ActivityError
 from kopf.reactor import freezing, peering, running
-from kopf.reactor.registries import OperatorRegistry
+from kopf.reactor.registries import OperatorRegistry, get_default_registry
+from kopf.storage.errors import StorageError
+from kopf.tools import commands
+from kopf.tools.session import ToolError
+from kopf.tools.specs import SpecError
+
+T = TypeVar('T')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,3 +292,96 @@ def _lease_command(
         raise click.ClickException(str(e)) from e
     except (APIError, APIConnectionError) as e:
         raise click.ClickException(describe_api_failure(e)) from e
+
+
+def _tool_errors(action: Callable[[], T]) -> T:
+    """Run a tool; its expected failures end the command with one line and exit code 1."""
+    try:
+        return action()
+    except (ToolError, SpecError, StorageError, LoginError, ActivityError) as e:
+        raise click.ClickException(str(e)) from e
+    except (APIError, APIConnectionError) as e:
+        raise click.ClickException(describe_api_failure(e)) from e
+
+
+_STORAGE_SPEC = "smart[:PREFIX], annotations[:PREFIX], status[:NAME], sqlite:PATH, configmaps[:PREFIX[:NAMESPACE]]"
+
+
+@main.command()
+@click.argument('resource')
+@click.argument('name', required=False)
+@click.option('-n', '--namespace', help="Only this namespace (default: all namespaces).")
+@click.option('-f', '--operator', 'paths', multiple=True, type=click.Path(dir_okay=False),
+              help="An operator file: its storages (set by its startup handlers) and its handler ids.")
+@click.option('-m', '--module', 'modules', multiple=True, help="An operator module, as with -f (repeatable).")
+@click.option('--progress-storage', metavar='SPEC', help=f"Where the progress is: {_STORAGE_SPEC}.")
+@click.option('--diffbase-storage', metavar='SPEC',
+              help="Where the last-handled configuration is (default: as --progress-storage).")
+@click.option('--finalizer', help="The operator's finalizer (default: the operator's, or kopf's).")
+@click.option('-o', '--output', type=click.Choice(['table', 'json']), default='table', show_default=True)
+def inspect(
+        resource: str,
+        name: str | None,
+        namespace: str | None,
+        paths: tuple[str, ...],
+        modules: tuple[str, ...],
+        progress_storage: str | None,
+        diffbase_storage: str | None,
+        finalizer: str | None,
+        output: str,
+) -> None:
+    """Show the handlers' progress, the last-handled configuration and the finalizer of objects."""
+    registry = _operator_registry(paths, modules)
+    text = _tool_errors(lambda: asyncio.run(commands.inspect(
+        commands.Objects(resource=resource, name=name, namespace=namespace), registry=registry,
+        progress_spec=progress_storage, diffbase_spec=diffbase_storage, finalizer=finalizer, output=output)))
+    click.echo(text)
+
+
+@main.command()
+@click.argument('resource')
+@click.argument('name', required=False)
+@click.option('-n', '--namespace', help="Only this namespace (default: all namespaces).")
+@click.option('--from', 'source', metavar='SPEC', help=f"Move from this storage (both kinds): {_STORAGE_SPEC}.")
+@click.option('--to', 'target', metavar='SPEC', help="Move to this storage (both kinds).")
+@click.option('--from-progress', metavar='SPEC', help="Move the progress from this storage (overrides --from).")
+@click.option('--to-progress', metavar='SPEC', help="Move the progress to this storage (overrides --to).")
+@click.option('--from-diffbase', metavar='SPEC', help="Move the last-handled configuration from this storage.")
+@click.option('--to-diffbase', metavar='SPEC', help="Move the last-handled configuration to this storage.")
+@click.option('-f', '--operator', 'paths', multiple=True, type=click.Path(dir_okay=False),
+              help="An operator file: its handler ids (needed for records kept under derived names).")
+@click.option('-m', '--module', 'modules', multiple=True, help="An operator module, as with -f (repeatable).")
+@click.option('--dry-run', is_flag=True, help="Only say what would be moved.")
+@click.option('--keep-source', is_flag=True, help="Copy: leave everything in the source storage too.")
+def migrate(
+        resource: str,
+        name: str | None,
+        namespace: str | None,
+        source: str | None,
+        target: str | None,
+        from_progress: str | None,
+        to_progress: str | None,
+        from_diffbase: str | None,
+        to_diffbase: str | None,
+        paths: tuple[str, ...],
+        modules: tuple[str, ...],
+        dry_run: bool,
+        keep_source: bool,
+) -> None:
+    """Move the handlers' progress and the last-handled configurations of objects to another storage."""
+    registry = _operator_registry(paths, modules)
+    complete = _tool_errors(lambda: asyncio.run(commands.migrate(
+        commands.Objects(resource=resource, name=name, namespace=namespace), registry=registry,
+        source=commands.Specs(both=source, progress=from_progress, diffbase=from_diffbase),
+        target=commands.Specs(both=target, progress=to_progress, diffbase=to_diffbase),
+        dry_run=dry_run, keep_source=keep_source, echo=click.echo)))
+    if not complete:
+        raise click.ClickException("Some objects were not migrated (see above); run it again once fixed.")
+
+
+def _operator_registry(paths: Sequence[str], modules: Sequence[str]) -> OperatorRegistry:
+    """The registry of the given operator code (empty if none is given)."""
+    if not paths and not modules:
+        return OperatorRegistry()
+    load_operator_code(paths, modules)
+    return get_default_registry()

@@ -42,12 +42,14 @@ class PersistenceConfig:
         'diffbase_storage': DiffBaseStorage,
         'finalizer': str,
         'max_unpersisted_time': float,
+        'fail_on_pruning': bool,
     }
 
     progress_storage: ProgressStorage
     diffbase_storage: DiffBaseStorage
     finalizer: str
     max_unpersisted_time: float
+    fail_on_pruning: bool
 
     def __init__(
             self,
@@ -56,12 +58,14 @@ class PersistenceConfig:
             diffbase_storage: DiffBaseStorage | None = None,
             finalizer: str = DEFAULT_FINALIZER,
             max_unpersisted_time: float = DEFAULT_MAX_UNPERSISTED_TIME,
+            fail_on_pruning: bool = False,
     ) -> None:
         object.__setattr__(self, '_frozen', False)
         self.progress_storage = progress_storage if progress_storage is not None else SmartProgressStorage()
         self.diffbase_storage = diffbase_storage if diffbase_storage is not None else AnnotationsDiffBaseStorage()
         self.finalizer = finalizer
         self.max_unpersisted_time = max_unpersisted_time
+        self.fail_on_pruning = fail_on_pruning
 
     def __setattr__(self, name: str, value: Any) -> None:
         expected = self._TYPES.get(name)
@@ -89,7 +93,7 @@ class PersistenceConfig:
     def __repr__(self) -> str:
         return (f"PersistenceConfig(progress_storage={self.progress_storage!r}, "
                 f"diffbase_storage={self.diffbase_storage!r}, finalizer={self.finalizer!r}, "
-                f"max_unpersisted_time={self.max_unpersisted_time!r})")
+                f"max_unpersisted_time={self.max_unpersisted_time!r}, fail_on_pruning={self.fail_on_pruning!r})")
 
 
 def _public_name(cls: type) -> str:

@@ -26,13 +26,15 @@ import kopf
 PREFIX = 'kopf-example.kopf.dev'
 
 
-class SQLiteProgressStorage(kopf.ProgressStorage):
+class DatabaseProgressStorage(kopf.ProgressStorage):
     """
     Keeps the handlers' progress in a local SQLite database, by object uid and handler id.
 
     Nothing is written to the objects themselves. Sync methods are fine
     here: the file is local and the queries are tiny. A storage talking
     to a remote service would define its methods with `async def`.
+    (kopf has such a storage built in, kopf.SQLiteProgressStorage, which
+    never blocks the event loop; this one shows how to write your own.)
     """
 
     def __init__(self, path: str) -> None:
@@ -84,7 +86,7 @@ def configure(config: kopf.OperatorConfig, logger, **kwargs):
         ])
     elif storage == 'sqlite':
         path = os.environ.get('EXAMPLE_SQLITE', 'progress.sqlite')
-        config.persistence.progress_storage = SQLiteProgressStorage(path)
+        config.persistence.progress_storage = DatabaseProgressStorage(path)
     else:
         raise kopf.PermanentError(f"Unknown EXAMPLE_STORAGE={storage!r}.")
     logger.info(f"Progress storage: {type(config.persistence.progress_storage).__name__}; "

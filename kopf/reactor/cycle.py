@@ -127,7 +127,7 @@ from kopf.reactor.causation import Cause, Reason
 from kopf.reactor.indexing import OperatorIndexes
 from kopf.reactor.progression import SYSTEM_CLOCK, Clock, HandlerState
 from kopf.reactor.registries import OperatorRegistry, ResourceKey
-from kopf.storage import finalizers, persistence
+from kopf.storage import budget, finalizers, persistence
 from kopf.storage.persistence import Persistence
 from kopf.structs.bodies import Body
 from kopf.structs.ids import HandlerId
@@ -358,8 +358,10 @@ async def handle_object(
     changes, results = arguments.object.patch, cycle.results
     patch = _merged(changes, Patch({'status': results}) if results else Patch(), essential)
     extras = tuple([*(f"status.{handler_id}" for handler_id in results), *_leaves(changes)])
-    return HandlingResult(patch=patch, delay=delay, cause=cause.reason.value, done=verdict.done,
-                          essential=essential if extras else None, extras=extras)
+    fitted = budget.fit(body=body, patch=patch, essential=essential if extras else None, extras=extras,
+                        diffbase=config.persistence.diffbase_storage, logger=logger)
+    return HandlingResult(patch=fitted.patch, delay=delay, cause=cause.reason.value, done=verdict.done,
+                          essential=fitted.essential, extras=fitted.extras)
 
 
 async def touch(*, config: OperatorConfig, body: Body, clock: Clock = SYSTEM_CLOCK) -> Patch:

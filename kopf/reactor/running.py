@@ -19,10 +19,25 @@ from typing import Any
 
 from kopf.clients import auth, discovery, events, watching
 from kopf.clients.auth import APIContext
+from kopf.clients.objects import ObjectsClient
 from kopf.config import OperatorConfig
 from kopf.engines import posting, probing
-from kopf.reactor import activities, cycle, daemons, fencing, indexing, peering, probes, processing, queueing, serving
+from kopf.reactor import (
+    activities,
+    cycle,
+    daemons,
+    fencing,
+    indexing,
+    peering,
+    preflight,
+    probes,
+    processing,
+    queueing,
+    serving,
+)
 from kopf.reactor.registries import Activity, OperatorRegistry, get_default_registry
+from kopf.storage import cluster
+from kopf.storage.errors import StorageError
 from kopf.structs.credentials import ConnectionInfo
 from kopf.structs.ephemera import Memo
 from kopf.structs.resources import Resource, Selector
@@ -205,11 +220,13 @@ async def _serve(
             config.persistence.freeze()
             try:
                 async with contextlib.AsyncExitStack() as stack:
-                    await stack.enter_async_context(_storages(config))
                     info = await _login(registry=registry, config=config, memo=memo, indexes=indexes)
                     relogin = functools.partial(_login, registry=registry, config=config, memo=memo, indexes=indexes)
                     context = await stack.enter_async_context(_api_context(info, config=config, relogin=relogin))
+                    await stack.enter_async_context(_storages(config, context=context))
                     resources = await _resolve(context, registry.selectors)
+                    await preflight.check_persistence(context=context, resources=resources.values(),
+                                                      persistence=config.persistence)
                     admitted = await _resolve(context, registry.admission_selectors)
                     await stack.enter_async_context(serving.admission_webhooks(
                         context=context, registry=registry, resources=admitted, config=config, memo=memo,
@@ -221,7 +238,7 @@ async def _serve(
                                      memo=memo, namespaces=(None,) if clusterwide else namespaces,
                                      stop=stop, ready_flag=ready_flag, health=health, peers=peers,
                                      indexes=indexes)
-            except serving.AdmissionSetupError as e:
+            except (serving.AdmissionSetupError, StorageError) as e:
                 raise OperatorError(str(e)) from e
             except peering.PeeringError as e:
                 raise OperatorError(str(e)) from None
@@ -237,11 +254,18 @@ async def _serve(
 
 
 @contextlib.asynccontextmanager
-async def _storages(config: OperatorConfig) -> AsyncIterator[None]:
-    """Enter the configured storages (e.g. to connect) for the operator's lifetime; exit them at stop."""
+async def _storages(config: OperatorConfig, *, context: APIContext | None = None) -> AsyncIterator[None]:
+    """
+    Enter the configured storages (e.g. to connect) for the operator's lifetime; exit them at stop.
+
+    Storages that keep their records in the cluster get the operator's API session first.
+    """
+    storages = (config.persistence.progress_storage, config.persistence.diffbase_storage)
+    if context is not None:
+        cluster.provide(storages, cluster.ClusterAccess(ObjectsClient(context)))
     async with contextlib.AsyncExitStack() as stack:
         entered: list[object] = []
-        for storage in (config.persistence.progress_storage, config.persistence.diffbase_storage):
+        for storage in storages:
             if not any(storage is other for other in entered):  # one object may serve as both
                 await stack.enter_async_context(storage)
                 entered.append(storage)
@@ -333,6 +357,9 @@ async def _watch_all(
     gate = peers.gate if peers is not None else None
     watch_stop = stop if peers is None else asyncio.Event()  # with peers: only after stepping down
     handling_context = context if gate is None else fencing.FencedAPIContext(context, gate)
+    if gate is not None:  # storages in the cluster write to it under the same fence as the handling cycles
+        cluster.provide([config.persistence.progress_storage, config.persistence.diffbase_storage],
+                        cluster.ClusterAccess(ObjectsClient(handling_context)))
     keepers: list[daemons.Daemons] = []  # the daemons and timers of every watch, stopped at exit
     indexes = indexes if indexes is not None else indexing.OperatorIndexes(registry)
     streams = [(selector, resource, namespace if resource.namespaced else None)

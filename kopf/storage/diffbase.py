@@ -19,7 +19,7 @@ from typing import Any, TypedDict, cast
 
 from typing_extensions import Self
 
-from kopf.storage import calls, conventions
+from kopf.storage import calls, conventions, trimming
 from kopf.storage.calls import MaybeAwaitable, Steps
 from kopf.structs import dicts
 from kopf.structs.bodies import Body
@@ -33,7 +33,7 @@ DEFAULT_PREFIX = 'kopf.zalando.org'
 LAST_HANDLED_NAME = 'last-handled-configuration'
 KUBECTL_LAST_APPLIED = 'kubectl.kubernetes.io/last-applied-configuration'
 
-# Annotations are limited to 256 KiB per object in total; warn well before that.
+# Annotations are limited to 256 KiB per object in total; the annotation budget warns well before that.
 ESSENCE_SIZE_WARNING = 128 * 1024
 
 _SYSTEM_TOP_LEVEL = ('apiVersion', 'kind', 'status')
@@ -101,6 +101,19 @@ class DiffBaseStorage(abc.ABC):
             dicts.remove(essence, field)
         return essence
 
+    def restore(self, essence: Essence | None, *, body: Body) -> Essence | None:
+        """
+        A fetched essence with the values of its trimmed fields put back where they are unchanged.
+
+        An essence stored trimmed (see :mod:`kopf.storage.trimming`) has
+        digests instead of its biggest fields; each digest that matches the
+        object's current value is replaced with that value. Storages call it
+        on what they fetch; essences without digests are returned as they are.
+        """
+        if essence is None or not trimming.trimmed_paths(essence):
+            return essence
+        return trimming.restore(essence, current=self.build(body=body))
+
     @abc.abstractmethod
     def fetch(self, *, body: Body) -> MaybeAwaitable[Essence | None]:
         """The last handled essence, or ``None`` if never handled (or unreadable)."""
@@ -117,6 +130,16 @@ class DiffBaseStorage(abc.ABC):
         Storages that keep essences outside of the object override it.
         """
         return None
+
+    def purge(self, *, body: Body, patch: Patch) -> MaybeAwaitable[None]:
+        """
+        Optional: forget the stored essence of an object that stays (``kopf migrate`` moves it elsewhere).
+
+        The handling never calls it. The built-in storages implement it; a
+        storage that cannot forget raises :class:`NotImplementedError` (the
+        default), and ``kopf migrate`` then leaves its essence where it is.
+        """
+        raise NotImplementedError
 
     async def __aenter__(self) -> Self:
         """Entered once when the operator starts; nothing to prepare by default."""
@@ -141,11 +164,11 @@ def _ignored(fields: Iterable[dicts.FieldSpec] | None) -> tuple[dicts.FieldPath,
     return tuple(path for path in (dicts.parse_field(f) for f in fields or ()) if path)
 
 
-def _encode(essence: Essence) -> str:
+def encode_essence(essence: Essence) -> str:
     return json.dumps(essence, separators=(',', ':'), sort_keys=True)
 
 
-def _decode(value: Any, *, where: str, body: Body) -> Essence | None:
+def decode_essence(value: Any, *, where: str, body: Body) -> Essence | None:
     """Parse a stored essence; a corrupt one is reported and treated as absent."""
     try:
         data = json.loads(value) if isinstance(value, str) else value
@@ -168,15 +191,6 @@ def _same(stored: Any, essence: Essence) -> bool:
         return bool(json.loads(stored) == essence)
     except ValueError:
         return False
-
-
-def _warn_if_large(encoded: str, *, where: str, body: Body) -> None:
-    if len(encoded.encode('utf-8')) > ESSENCE_SIZE_WARNING:
-        logger.warning(
-            "The last-handled configuration of %s is %d bytes large (in %s); "
-            "Kubernetes limits all annotations of an object to 256 KiB together. "
-            "Consider kopf.StatusDiffBaseStorage or a smaller object.",
-            body.describe(), len(encoded), where)
 
 
 class AnnotationsDiffBaseStorage(DiffBaseStorage):
@@ -218,14 +232,19 @@ class AnnotationsDiffBaseStorage(DiffBaseStorage):
 
     def fetch(self, *, body: Body) -> Essence | None:
         value = body.metadata.annotations.get(self.name)
-        return None if value is None else _decode(value, where=f"annotation {self.name!r}", body=body)
+        essence = None if value is None else decode_essence(value, where=f"annotation {self.name!r}", body=body)
+        return self.restore(essence, body=body)
 
     def store(self, *, body: Body, patch: Patch, essence: Essence) -> None:
         stored = body.metadata.annotations.get(self.name)
         if not _same(stored, essence):
-            encoded = _encode(essence)
-            _warn_if_large(encoded, where=f"annotation {self.name!r}", body=body)
-            patch.meta.annotations[self.name] = encoded
+            patch.meta.annotations[self.name] = encode_essence(essence)
+
+    def purge(self, *, body: Body, patch: Patch) -> None:
+        if self.name in body.metadata.annotations:
+            patch.meta.annotations[self.name] = None
+        elif self.name in patch.meta.annotations:
+            del patch.meta.annotations[self.name]
 
 
 class StatusDiffBaseStorage(DiffBaseStorage):
@@ -265,11 +284,17 @@ class StatusDiffBaseStorage(DiffBaseStorage):
     def fetch(self, *, body: Body) -> Essence | None:
         value = dicts.resolve(body, self.field, None)
         where = f"field {dicts.format_field(self.field)!r}"
-        return None if value is None else _decode(value, where=where, body=body)
+        return self.restore(None if value is None else decode_essence(value, where=where, body=body), body=body)
 
     def store(self, *, body: Body, patch: Patch, essence: Essence) -> None:
         if not _same(dicts.resolve(body, self.field, None), essence):
-            dicts.ensure(patch, self.field, _encode(essence))
+            dicts.ensure(patch, self.field, encode_essence(essence))
+
+    def purge(self, *, body: Body, patch: Patch) -> None:
+        if dicts.resolve(body, self.field, None) is not None:
+            dicts.ensure(patch, self.field, None)
+        else:
+            dicts.remove(patch, self.field)
 
 
 def _status_path(value: dicts.FieldSpec, *, name: str) -> dicts.FieldPath:
@@ -314,6 +339,10 @@ class MultiDiffBaseStorage(DiffBaseStorage):
     def erase(self, *, body: Body) -> MaybeAwaitable[None]:
         """Pass the object's disappearance on to the children, which may keep state outside of it."""
         return calls.drive(_each(s.erase(body=body) for s in self.storages))
+
+    def purge(self, *, body: Body, patch: Patch) -> MaybeAwaitable[None]:
+        """Forget the essence in every child."""
+        return calls.drive(_each(s.purge(body=body, patch=patch) for s in self.storages))
 
     async def __aenter__(self) -> Self:
         """Enter every child in order; if one fails, those already entered are exited."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import logging
-from collections.abc import Collection, Iterable, MutableMapping
+from collections.abc import Collection, Iterable, Mapping, MutableMapping
 from types import TracebackType
 from typing import Any, cast
 
@@ -98,6 +98,25 @@ class ProgressStorage(abc.ABC):
         what is left there, e.g. of a cause interrupted by the deletion.
         """
         return None
+
+    def list_records(
+            self,
+            *,
+            body: Body,
+            ids: Collection[HandlerId] = (),
+    ) -> MaybeAwaitable[Mapping[str, ProgressRecord]]:
+        """
+        Optional: every record kept for the object, by handler id (for ``kopf inspect`` and ``kopf migrate``).
+
+        The handling never calls it. ``ids`` are handler ids that the caller
+        knows of (e.g. the operator's handlers): a storage that keeps records
+        under names derived from the ids reports those records under these
+        ids. Records whose id cannot be told are reported under the name they
+        are kept by. A storage that cannot enumerate its records raises
+        :class:`NotImplementedError` (the default): the tools then fetch the
+        records of the known ids only.
+        """
+        raise NotImplementedError
 
     async def __aenter__(self) -> Self:
         """Entered once when the operator starts; nothing to prepare by default."""
@@ -216,6 +235,38 @@ class AnnotationsProgressStorage(ProgressStorage):
             if prefix == self.prefix and name.startswith(descendants) and records.is_orphan_candidate(value):
                 _forget_annotation(full_key, body=body, patch=patch)
 
+    def list_records(self, *, body: Body, ids: Collection[HandlerId] = ()) -> dict[str, ProgressRecord]:
+        """
+        Every record under this prefix, by handler id where it can be told.
+
+        Annotation names are derived from handler ids (and cut and hashed
+        where needed), so an id is recognised when it is given in ``ids`` or
+        listed in another record's ``subrefs``; a record under any other name
+        is reported under its name (which is its id for ids that are valid
+        annotation names, as function names are).
+        """
+        stored: dict[str, ProgressRecord] = {}
+        for full_key, value in body.metadata.annotations.items():
+            prefix, name = conventions.split_key(full_key)
+            if prefix == self.prefix and name != self.touch_key and records.looks_like_record(value):
+                try:
+                    stored[full_key] = records.decode_record(value)
+                except ValueError:
+                    continue
+        known = list(dict.fromkeys([*ids, *(HandlerId(ref) for record in stored.values()
+                                            for ref in record.get('subrefs') or ())]))
+        result: dict[str, ProgressRecord] = {}
+        claimed: set[str] = set()
+        for handler_id in known:
+            keys = [key for key in self._keys(handler_id) if key in stored]
+            if keys:
+                result[handler_id] = max((stored[key] for key in keys), key=records.advancement)
+                claimed.update(keys)
+        for full_key, record in stored.items():
+            if full_key not in claimed:
+                result.setdefault(conventions.split_key(full_key)[1], record)
+        return result
+
     def touch(self, *, body: Body, patch: Patch, value: str | None) -> None:
         if body.metadata.annotations.get(self.touch_annotation) != value:
             patch.meta.annotations[self.touch_annotation] = value
@@ -296,6 +347,17 @@ class StatusProgressStorage(ProgressStorage):
             else:
                 dicts.remove(patch, path)
 
+    def list_records(self, *, body: Body, ids: Collection[HandlerId] = ()) -> dict[str, ProgressRecord]:
+        """Every readable record under the field; the keys are the handler ids themselves."""
+        stored = dicts.resolve(body, self.field, None)
+        result: dict[str, ProgressRecord] = {}
+        for key, value in (stored.items() if isinstance(stored, Mapping) else ()):
+            try:
+                result[str(key)] = records.decode_record(value)
+            except ValueError:
+                continue
+        return result
+
     def touch(self, *, body: Body, patch: Patch, value: str | None) -> None:
         if dicts.resolve(body, self.touch_field, None) != value:
             dicts.ensure(patch, self.touch_field, value)
@@ -365,6 +427,30 @@ class MultiProgressStorage(ProgressStorage):
     def erase(self, *, body: Body) -> MaybeAwaitable[None]:
         """Pass the object's disappearance on to the children, which may keep state outside of it."""
         return calls.drive(_each(s.erase(body=body) for s in self.storages))
+
+    def list_records(
+            self,
+            *,
+            body: Body,
+            ids: Collection[HandlerId] = (),
+    ) -> MaybeAwaitable[Mapping[str, ProgressRecord]]:
+        """The records of all children that can list theirs; for each id, the first child's record wins."""
+        def steps() -> Steps[Mapping[str, ProgressRecord]]:
+            result: dict[str, ProgressRecord] = {}
+            listed = False
+            for storage in self.storages:
+                try:
+                    pending = storage.list_records(body=body, ids=ids)
+                except NotImplementedError:
+                    continue
+                found = yield pending
+                listed = True
+                for key, record in cast(Mapping[str, ProgressRecord], found).items():
+                    result.setdefault(key, record)
+            if not listed:
+                raise NotImplementedError
+            return result
+        return calls.drive(steps())
 
     async def __aenter__(self) -> Self:
         """Enter every child in order; if one fails, those already entered are exited."""

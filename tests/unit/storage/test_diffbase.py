@@ -141,13 +141,6 @@ def test_corrupt_diffbase_warns_and_counts_as_never_handled(value, caplog):
     assert 'never handled' in caplog.text
 
 
-def test_oversized_essence_warns(caplog):
-    essence = {'spec': {'blob': 'x' * 200_000}}
-    with caplog.at_level(logging.WARNING, logger='kopf.storage'):
-        AnnotationsDiffBaseStorage().store(body=Body({'metadata': {'name': 'n'}}), patch=Patch(), essence=essence)
-    assert '256 KiB' in caplog.text
-
-
 def test_status_stores_json_text_so_removed_keys_do_not_survive_a_merge():
     patch = Patch()
     StatusDiffBaseStorage().store(body=Body({}), patch=patch, essence={'spec': {'a': 1}})

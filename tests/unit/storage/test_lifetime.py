@@ -117,3 +117,22 @@ async def test_the_operator_enters_a_storage_serving_as_both_only_once():
     async with running._storages(config):
         pass
     assert log == ['enter both', 'exit both']
+
+
+async def test_storages_in_the_cluster_get_the_operators_api_before_they_are_entered():
+    from kopf.clients.session import APIContext
+    from kopf.storage.cluster import ClusterAccess
+    from kopf.structs.credentials import ConnectionInfo
+
+    log = []
+
+    class InCluster(Tracked):
+        def use_cluster(self, cluster):
+            log.append(('cluster', self.name, type(cluster)))
+
+    config = OperatorConfig()
+    config.persistence.progress_storage = kopf.MultiProgressStorage([Tracked('a', log), InCluster('b', log)])
+    context = APIContext(ConnectionInfo(server='https://127.0.0.1:1'))
+    async with running._storages(config, context=context):
+        pass
+    assert log == [('cluster', 'b', ClusterAccess), 'enter a', 'enter b', 'exit b', 'exit a']
