@@ -107,8 +107,7 @@ def exception(
 ) -> None:
     """Post an Error event about the exception being handled, or the given one (at the ERROR level)."""
     exc = exc if exc is not None else sys.exc_info()[1]
-    exc_text = f"{type(exc).__name__}: {exc}" if exc is not None else ''
-    text = f"{message} {exc_text}".strip()
+    text = f"{message} {exc if exc is not None else ''}".strip()  # as in Kopf: the message, then the error's text
     _post(objs, type='Error', reason=reason or (type(exc).__name__ if exc else 'Exception'), message=text,
           level=logging.ERROR)
 

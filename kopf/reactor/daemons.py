@@ -327,6 +327,7 @@ class Daemons:
                 else:
                     obj.logger.debug("%s is cancelled: it has a cancellation_timeout, and no "
                                      "cancellation_backoff to exit on its own first.", handler)
+                runner.stopper.set(DaemonStoppingReason.DAEMON_CANCELLED)  # as in Kopf: the reason says so too
                 task.cancel()
             if await _exited(task, timeout):
                 return

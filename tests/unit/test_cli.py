@@ -135,9 +135,8 @@ def test_liveness_endpoint_is_passed_to_the_operator(invoke, runs, operator_file
     assert runs[-1]['liveness_endpoint'] is None
 
 
-@pytest.mark.parametrize('flag', ['--dev', '--standalone'])
-def test_dev_and_standalone_keep_working(invoke, runs, operator_file, flag):
-    result = invoke('run', operator_file, flag)
+def test_standalone_keeps_working(invoke, runs, operator_file):
+    result = invoke('run', operator_file, '--standalone')
     assert result.exit_code == 0, result.output
     assert runs[-1]['standalone'] is True
 
@@ -150,32 +149,103 @@ def test_logging_options_configure_logging_as_kopf_configure_does(invoke, runs, 
     assert runs[2]['log_prefix'] is False
 
 
-@pytest.mark.parametrize('args, option', [
-    (['--peering', 'my-peering'], '--peering'),
-    (['-P', 'my-peering', '--priority', '100'], '--peering'),
-    (['--priority', '100'], '--priority'),
-    (['-p', '100', '--dev'], '--priority'),
+def test_peering_runs_ha_replicas_of_that_lease(invoke, runs, operator_file):
+    result = invoke('run', operator_file, '--peering', 'my-peering')
+    assert result.exit_code == 0, result.output
+    assert runs[-1]['ha'] is True and runs[-1]['standalone'] is False and runs[-1]['shards'] is False
+    assert runs[-1]['peering_name'] == 'my-peering'
+    assert runs[-1]['priority'] is None
+
+
+@pytest.mark.parametrize('args, priority', [
+    (['-P', 'x', '-p', '100'], 100),
+    (['-P', 'x', '--dev'], 666),
+    (['-P', 'x', '--dev', '--priority', '5'], 5),
+    (['--ha', '--dev'], 666),
+    (['--shards', '--dev'], 666),
 ])
-def test_kopfs_peering_options_fail_with_the_lease_based_way(invoke, runs, operator_file, args, option):
+def test_priorities_and_dev_mode_reach_the_replicas(invoke, runs, operator_file, args, priority):
+    result = invoke('run', operator_file, *args)
+    assert result.exit_code == 0, result.output
+    assert runs[-1]['priority'] == priority
+    assert runs[-1]['standalone'] is False
+
+
+def test_dev_mode_alone_is_standalone(invoke, runs, operator_file):
+    assert invoke('run', operator_file, '--dev').exit_code == 0
+    assert runs[-1]['standalone'] is True and runs[-1]['ha'] is False and runs[-1]['priority'] is None
+
+
+@pytest.mark.parametrize('args, message', [
+    (['-P', 'x', '--shards'], "--peering x runs HA replicas of one Lease; it cannot be combined with --shards"),
+    (['-P', 'x', '--standalone'], "it cannot be combined with --standalone"),
+    (['-P', 'x', '--lease-name', 'y'], "--peering x names the Lease already; --lease-name y says otherwise"),
+])
+def test_peering_contradicting_other_options_is_a_usage_error(invoke, runs, operator_file, args, message):
     result = invoke('run', operator_file, *args)
     assert result.exit_code == 2
-    assert runs == []
-    line, = result.output.strip().splitlines()
-    assert line.startswith(f"Error: {option} is Kopf's peering option")
-    assert '--ha' in line and '--shards' in line
+    assert message in ' '.join(result.output.split())
+    assert not [run for run in runs if 'registry' in run]
 
 
-@pytest.mark.parametrize('command, args', [
-    ('freeze', ['--id', 'x', '--peering', 'p', '--priority', '100', '--lifetime', '60', '-m', 'maintenance']),
-    ('freeze', []),
-    ('resume', ['-P', 'p', '-n', 'ns']),
+@pytest.mark.parametrize('command, args, missing', [
+    ('freeze', ['-t', '60'], "'-P' / '--peering'"),
+    ('freeze', ['-P', 'p'], "'-t' / '--lifetime'"),
+    ('resume', [], "'-P' / '--peering'"),
 ])
-def test_freeze_and_resume_exist_and_fail_with_the_lease_based_way(invoke, command, args):
+def test_freeze_and_resume_need_kopfs_required_options(invoke, command, args, missing):
     result = invoke(command, *args)
     assert result.exit_code == 2
-    line, = result.output.strip().splitlines()
-    assert line.startswith(f"Error: kopf {command} ")
-    assert '--ha' in line and 'Deployment' in line
+    assert f"Missing option {missing}" in result.output
+
+
+@pytest.fixture()
+def lease_commands(monkeypatch):
+    calls = []
+
+    def action(name):
+        async def record(**kwargs):
+            calls.append((name, kwargs))
+            if kwargs['id'] == 'fail':
+                raise cli.freezing.FreezeError("The lease ns/p is frozen by other, not by fail.")
+            return f"{name} done"
+        return record
+
+    info = kopf.ConnectionInfo(server='https://example.invalid', default_namespace='creds-ns')
+    monkeypatch.setattr(cli.auth, 'login_default', lambda: info)
+    monkeypatch.setattr(cli.freezing, 'freeze', action('freeze'))
+    monkeypatch.setattr(cli.freezing, 'resume', action('resume'))
+    return calls
+
+
+def test_freeze_takes_kopfs_options(invoke, lease_commands):
+    result = invoke('freeze', '--id', 'x', '--peering', 'p', '--lifetime', '60', '-m', 'maintenance', '-n', 'ns')
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == "freeze done"
+    (name, kwargs), = lease_commands
+    assert name == 'freeze'
+    assert {k: v for k, v in kwargs.items() if k != 'context'} == {
+        'namespace': 'ns', 'name': 'p', 'id': 'x', 'lifetime': 60, 'priority': 100, 'message': 'maintenance'}
+
+
+@pytest.mark.parametrize('args, priority', [(['--dev'], 666), (['-p', '7'], 7), (['--dev', '-p', '7'], 7)])
+def test_freeze_priorities(invoke, lease_commands, args, priority):
+    assert invoke('freeze', '-P', 'p', '-t', '1', *args).exit_code == 0
+    assert lease_commands[-1][1]['priority'] == priority
+
+
+def test_the_lease_namespace_is_explicit_or_served_or_the_credentials_one(invoke, lease_commands):
+    assert invoke('resume', '-P', 'p', '--lease-namespace', 'ops', '-n', 'ns').exit_code == 0
+    assert invoke('resume', '-P', 'p', '-n', 'ns').exit_code == 0
+    assert invoke('resume', '-P', 'p', '-A').exit_code == 0
+    assert [kwargs['namespace'] for _, kwargs in lease_commands] == ['ops', 'ns', 'creds-ns']
+    assert lease_commands[0][1]['id'] == cli.freezing.default_id()
+
+
+def test_a_refused_resume_ends_with_its_message(invoke, lease_commands):
+    result = invoke('resume', '-P', 'p', '-i', 'fail')
+    assert result.exit_code == 1
+    assert result.output.strip() == "Error: The lease ns/p is frozen by other, not by fail."
 
 
 def test_the_runners_registry_and_settings_reach_the_operator(monkeypatch, operator_file):

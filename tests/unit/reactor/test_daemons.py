@@ -327,11 +327,12 @@ async def test_an_async_daemon_that_ignores_its_stop_flag_is_cancelled_then_aban
     log = []
 
     @kopf.daemon(*RESOURCE, registry=registry, id='stubborn', cancellation_timeout=0.3)
-    async def stubborn(**_):
+    async def stubborn(stopped, **_):
         try:
             await asyncio.sleep(60)
         except asyncio.CancelledError:
             log.append('cancelled')
+            log.append(stopped.reason)
             await asyncio.sleep(60)  # ignores the cancellation too
 
     await cluster.event('ADDED')
@@ -340,7 +341,7 @@ async def test_an_async_daemon_that_ignores_its_stop_flag_is_cancelled_then_aban
         await cluster.delete()
         await cluster.settle_deletion()
 
-    assert log == ['cancelled']
+    assert log == ['cancelled', kopf.DaemonStoppingReason.RESOURCE_DELETED | kopf.DaemonStoppingReason.DAEMON_CANCELLED]
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
     message = warnings[0].getMessage()

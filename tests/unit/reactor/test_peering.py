@@ -17,7 +17,7 @@ from kopf.clients import access, leases
 from kopf.clients.errors import APIConflictError, APIConnectionError, APIForbiddenError, APINotFoundError
 from kopf.clients.leases import Lease
 from kopf.config import PeeringConfig
-from kopf.reactor import ownership, peering
+from kopf.reactor import freezing, ownership, peering
 from kopf.reactor.fencing import FencedError, Gate
 from kopf.reactor.peering import PeeringError, PeeringSettings
 from kopf.structs.credentials import ConnectionInfo
@@ -135,11 +135,11 @@ class Replica:
 async def start(store):
     started = []
 
-    def start(mode, identity):
+    def start(mode, identity, **overrides):
         gate = Gate()
         context = Context(identity)
         cls = peering._Elector if mode == 'ha' else peering._Member
-        impl = cls(context=context, gate=gate, settings=settings(mode, identity))
+        impl = cls(context=context, gate=gate, settings=settings(mode, identity, **overrides))
         replica = Replica(identity, context, gate, impl, asyncio.create_task(impl.run()))
         started.append(replica)
         return replica
@@ -451,3 +451,168 @@ async def test_the_gate_permits_everything_to_the_leader(start):
     leader = start('ha', 'a')
     await until(lambda: leader.gate.active)
     assert all(leader.gate.admits(key) for key in KEYS)
+
+
+# Priorities (Kopf's --priority and --dev).
+
+def holder(store):
+    lease = store.leases.get(('ns', 'op'))
+    return lease.spec.holder if lease is not None else None
+
+
+async def test_a_higher_priority_takes_the_lease_over_and_handles_once_the_leader_has_surely_stopped(start, store):
+    leader = start('ha', 'a')
+    await until(lambda: leader.gate.active)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    dev = start('ha', 'dev', priority=666)
+    taken = await until(lambda: holder(store) == 'dev', timeout=LEASE, sample=at_most_one_active(leader, dev))
+    assert taken - started < 3 * RETRY  # the lease is taken at once ...
+    handling = await until(lambda: dev.gate.active, timeout=3 * LEASE, sample=at_most_one_active(leader, dev))
+    assert handling - taken >= LEASE - RETRY  # ... but the handling starts a lease duration later
+    assert not leader.gate.active
+    assert store.leases['ns', 'op'].annotations[freezing.PRIORITY_ANNOTATION] == '666'
+
+
+async def test_lower_and_equal_priorities_never_take_the_lease_from_the_leader(start, store):
+    leader = start('ha', 'a', priority=5)
+    await until(lambda: leader.gate.active)
+    others = [start('ha', 'b', priority=5), start('ha', 'c', priority=1), start('ha', 'd')]
+    with pytest.raises(AssertionError, match='timed out'):
+        await until(lambda: holder(store) != 'a', timeout=3 * LEASE, sample=at_most_one_active(leader, *others))
+    assert leader.gate.active
+
+
+async def test_when_the_higher_priority_leaves_the_others_take_over_at_once(start, store):
+    first = start('ha', 'a')
+    await until(lambda: first.gate.active)
+    dev = start('ha', 'dev', priority=666)
+    await until(lambda: dev.gate.active, timeout=3 * LEASE)
+    dev.task.cancel()
+    await dev.impl.release()
+    loop = asyncio.get_running_loop()
+    released = loop.time()
+    took_over = await until(lambda: first.gate.active, timeout=LEASE)
+    assert took_over - released < 3 * RETRY
+
+
+def test_the_priority_must_be_a_whole_number():
+    config = PeeringConfig(mode='ha', name='op', identity='me', priority='high')  # type: ignore[arg-type]
+    with pytest.raises(PeeringError, match=r"config\.peering\.priority must be a whole number; got 'high'"):
+        peering.resolve(config, namespaces=[], clusterwide=True, default_namespace=None)
+
+
+# Freezing (Kopf's kopf freeze / kopf resume).
+
+async def freeze(**kwargs):
+    return await freezing.freeze(**{'context': Context('cli'), 'namespace': 'ns', 'name': 'op', 'id': 'me@host',
+                                    'lifetime': 30, **kwargs})
+
+
+async def resume(**kwargs):
+    return await freezing.resume(**{'context': Context('cli'), 'namespace': 'ns', 'name': 'op', 'id': 'me@host',
+                                    **kwargs})
+
+
+async def test_a_freeze_stops_the_leader_and_resume_gives_the_lease_back_to_it(start, store):
+    leader = start('ha', 'a')
+    await until(lambda: leader.gate.active)
+    standby = start('ha', 'b')
+    await asyncio.sleep(3 * RETRY)
+    text = await freeze(message='maintenance')
+    assert "Frozen the replicas of the lease ns/op for 30s as me@host" in text
+    assert holder(store) == 'frozen:me@host'
+    await until(lambda: not leader.gate.active, timeout=3 * RETRY)
+    with pytest.raises(AssertionError, match='timed out'):  # far beyond the leader's lease duration
+        await until(lambda: leader.gate.active or standby.gate.active, timeout=3 * LEASE)
+    text = await resume()
+    assert "given back to a" in text
+    await until(lambda: leader.gate.active, timeout=3 * RETRY, sample=at_most_one_active(leader, standby))
+    assert freezing.FREEZE_ANNOTATION not in store.leases['ns', 'op'].annotations
+    assert not standby.gate.active
+
+
+async def test_a_resume_right_after_the_freeze_never_lets_two_replicas_handle(start, store):
+    leader = start('ha', 'a')
+    await until(lambda: leader.gate.active)
+    standby = start('ha', 'b')
+    await asyncio.sleep(3 * RETRY)
+    await freeze()
+    await resume()  # before the leader could even notice the freeze
+    await until(lambda: False if holder(store) != 'a' else leader.gate.active, timeout=3 * LEASE,
+                sample=at_most_one_active(leader, standby))
+    with pytest.raises(AssertionError, match='timed out'):
+        await until(lambda: standby.gate.active, timeout=2 * LEASE, sample=at_most_one_active(leader, standby))
+
+
+async def test_a_freeze_ends_by_itself_after_its_lifetime(start, store):
+    leader = start('ha', 'a')
+    await until(lambda: leader.gate.active)
+    loop = asyncio.get_running_loop()
+    frozen = loop.time()
+    await freeze(lifetime=2)
+    await until(lambda: not leader.gate.active, timeout=3 * RETRY)
+    resumed = await until(lambda: leader.gate.active, timeout=3 * LEASE + 2)
+    assert resumed - frozen >= 2
+    assert holder(store) == 'a'
+
+
+async def test_a_freeze_lasts_at_least_the_leaders_lease_duration(start, store):
+    leader = start('ha', 'a', lease_duration=3, renew_deadline=2, retry_period=RETRY)
+    await until(lambda: leader.gate.active)
+    text = await freeze(lifetime=1)
+    assert "for 3s (not shorter than the leader's lease duration, 3s)" in text
+    assert store.leases['ns', 'op'].spec.duration == 3
+
+
+async def test_a_freeze_does_not_pause_a_leader_of_a_higher_priority(start, store):
+    leader = start('ha', 'dev', priority=666)
+    await until(lambda: leader.gate.active)
+    with pytest.raises(freezing.FreezeError, match=r"held by dev with the priority 666, not lower than "
+                                                   r"the freeze's 100: .* --priority 667 or higher"):
+        await freeze()
+    assert leader.gate.active
+    await freeze(priority=700)
+    await until(lambda: not leader.gate.active, timeout=3 * RETRY)
+
+
+async def test_a_higher_priority_than_the_freezes_takes_the_lease_over(start, store):
+    leader = start('ha', 'a')
+    await until(lambda: leader.gate.active)
+    await freeze()
+    await until(lambda: not leader.gate.active, timeout=3 * RETRY)
+    dev = start('ha', 'dev', priority=666)
+    await until(lambda: dev.gate.active, timeout=4 * LEASE, sample=at_most_one_active(leader, dev))
+    assert holder(store) == 'dev'
+
+
+async def test_a_freeze_is_resumed_only_by_its_own_id(store):
+    await freeze()
+    with pytest.raises(freezing.FreezeError, match="frozen by me@host, not by you@there: resume it with "
+                                                   "--id 'me@host'"):
+        await resume(id='you@there')
+    assert "released" in await resume()  # nobody held it before the freeze
+    assert holder(store) is None
+    assert "is not frozen: nothing to resume" in await resume()
+
+
+async def test_sharded_replicas_are_not_frozen_but_told_so(start, store):
+    member = start('shards', 'a')
+    await until(lambda: member.gate.active)
+    with pytest.raises(freezing.FreezeError, match=r"run with --shards .* --peering op"):
+        await freeze()
+
+
+def test_a_freeze_is_over_by_the_wall_clock_only_after_a_lease_duration_since_it_was_seen():
+    elector = peering._Elector(context=Context('a'), gate=None, settings=settings('ha', 'a'))  # type: ignore
+    record = freezing.Freeze(by='me', previous='a', previous_duration=LEASE)
+    spec = leases.LeaseSpec(holder='frozen:me', duration=5, renewed='2000-01-01T00:00:00.000000Z')
+    frozen = Lease(namespace='ns', name='op', resource_version='7', spec=spec,
+                   annotations={freezing.FREEZE_ANNOTATION: record.to_json()})
+    elector.observations.observe(frozen, now=100.0)
+    assert not elector._free(frozen, now=100.0 + LEASE - 0.1)  # long over by its clock, but just seen
+    assert elector._free(frozen, now=100.0 + LEASE)
+    current = dataclasses.replace(frozen, resource_version='8',
+                                  spec=dataclasses.replace(spec, renewed=leases.now()))
+    elector.observations.observe(current, now=200.0)
+    assert not elector._free(current, now=200.0 + LEASE)  # not over by its clock either
