@@ -217,7 +217,7 @@ async def _serve(request: aiohttp.web.Request, *, fn: WebhookFn, prefix: str) ->
     headers = dict(request.headers)
     sslpeer = request.transport.get_extra_info('peercert') if request.transport is not None else None
     try:
-        review = await fn(payload, webhook=webhook, headers=headers, sslpeer=sslpeer or None)
+        review = await fn(payload, webhook=webhook, headers=headers, sslpeer=sslpeer or {})  # {} as in Kopf
     except InvalidReviewError as e:
         return aiohttp.web.Response(status=400, text=f"{e}\n")
     except Exception:

@@ -70,7 +70,7 @@ async def serve_admission_request(
         'memo': memo, 'config': config, 'settings': config,
         'resource': resource, 'subresource': request.subresource, 'operation': request.operation,
         'dryrun': request.dryrun, 'warnings': warnings, 'userinfo': request.userinfo,
-        'headers': dict(headers or {}), 'sslpeer': sslpeer,
+        'headers': dict(headers or {}), 'sslpeer': dict(sslpeer or {}),  # {} without a client certificate, as in Kopf
     }
     mutated: Any = original
     for handler in handlers:

@@ -159,6 +159,8 @@ async def run_watching(
         await invocation.invoke(handler.fn, kwargs=arguments.for_handler(handler).render(), executor=executor)
     except Exception:
         logger.exception("%s has failed; event handlers are not retried.", handler)
+    else:
+        logger.info("%s succeeded.", handler)  # as Kopf logs it, for every event
 
 
 def _exhausted(

@@ -659,3 +659,17 @@ async def test_a_failing_handler_does_not_stop_the_others(server, registry, capl
     assert names(calls) == ['bad', 'good']
     assert len(results) == 1
     assert list(server.annotations) == [LAST_HANDLED]  # the cause counts as handled
+
+
+# The log lines that tests written for Kopf look for.
+
+async def test_the_cause_in_progress_and_event_handlers_are_logged_in_kopfs_words(server, registry, caplog):
+    kopf.on.create(*RESOURCE, id='created', registry=registry)(lambda **_: None)
+    kopf.on.event(*RESOURCE, id='watched', registry=registry)(lambda **_: None)
+    with caplog.at_level(logging.DEBUG, logger='test-object'):
+        await server.run()
+    messages = [record.getMessage() for record in caplog.records if record.name == 'test-object']
+    in_progress = [message for message in messages if 'is in progress:' in message]
+    assert len(in_progress) == 1
+    assert in_progress[0].startswith("Creation is in progress: {")  # the object's body follows, as in Kopf
+    assert "Handler 'watched' succeeded." in messages
