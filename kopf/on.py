@@ -315,8 +315,9 @@ def daemon(
         raise ValueError(f"cancellation_polling= must be a positive number of seconds, got {cancellation_polling!r}.")
 
     def decorator(fn: F) -> F:
+        base = id if id is not None else default_id(fn)  # with a field: ``fn/spec.field``, as in Kopf
         handler = DaemonHandler(
-            fn=fn, id=HandlerId(id if id is not None else default_id(fn)), param=param, errors=errors,
+            fn=fn, id=field_id(base, path) if path else HandlerId(base), param=param, errors=errors,
             timeout=timeout, retries=retries, backoff=backoff, initial_delay=initial_delay, optional=optional,
             cancellation_backoff=cancellation_backoff, cancellation_timeout=cancellation_timeout,
             cancellation_polling=cancellation_polling, labels=labels, annotations=annotations, when=when,
@@ -363,8 +364,9 @@ def timer(
         raise ValueError(f"interval= must be a positive number of seconds, got {interval!r}.")
 
     def decorator(fn: F) -> F:
+        base = id if id is not None else default_id(fn)  # with a field: ``fn/spec.field``, as in Kopf
         handler = TimerHandler(
-            fn=fn, id=HandlerId(id if id is not None else default_id(fn)), param=param, errors=errors,
+            fn=fn, id=field_id(base, path) if path else HandlerId(base), param=param, errors=errors,
             timeout=timeout, retries=retries, backoff=backoff, initial_delay=initial_delay, optional=optional,
             interval=interval, idle=idle, sharp=bool(sharp), labels=labels, annotations=annotations, when=when,
             field=path, value=value)

@@ -135,6 +135,16 @@ def test_changing_handlers_with_field_filters_are_known_by_the_field_as_in_kopf(
     assert first.watches_change is (reason == Reason.UPDATE)
 
 
+@pytest.mark.parametrize('decorator, options', [(kopf.daemon, {}), (kopf.timer, {'interval': 1})])
+def test_daemons_and_timers_with_field_filters_are_known_by_the_field_as_in_kopf(registry, decorator, options):
+    decorator('pods', field='spec.size', registry=registry, **options)(fn)
+    decorator('pods', id='named', field='spec.size', registry=registry, **options)(fn)
+    decorator('pods', id='plain', registry=registry, **options)(fn)
+
+    handlers = registry.get_spawning_handlers(Selector(name='pods'))
+    assert [handler.id for handler in handlers] == ['fn/spec.size', 'named/spec.size', 'plain']
+
+
 def test_update_and_field_handlers_filter_old_and_new_values(registry):
     kopf.on.update('pods', id='u', field='spec.size', old=1, new=kopf.PRESENT, registry=registry)(fn)
     kopf.on.field('pods', id='f', field='spec.size', value=2, registry=registry)(fn)
