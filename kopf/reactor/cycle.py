@@ -225,12 +225,25 @@ async def _forget_object(cycle: _Cycle, cause: Cause) -> _Verdict:
 
 
 async def _tidy_up(cycle: _Cycle, cause: Cause) -> _Verdict:
-    """Nothing happened: forget the progress of a cause that is no longer there, if any is left."""
+    """
+    Nothing happened: forget the progress of a cause that is no longer there, if any is left.
+
+    Our finalizer goes too when no handler needs it any more (e.g. the
+    object stopped matching the filters of the delete handlers and daemons),
+    as in Kopf: it must not hold the object's deletion for nothing.
+    """
     if not cause.deleting:
         stale = await cycle.persistence.stored(selection.all_ids(cycle.registry, cycle.resource))
         if stale:
             await scheduling.forget(cycle.persistence, stale)
             cycle.persistence.remove_touch()
+        body, finalizer = cycle.persistence.body, cycle.config.persistence.finalizer
+        if cause.essences is not None and finalizers.is_deletion_blocked(body, finalizer):
+            logger = cycle.arguments.operator.logger
+            if not selection.requires_finalizer(cycle.registry, cycle.resource, cause.essences,
+                                                arguments=cycle.arguments, logger=logger):
+                logger.debug("Removing the finalizer, as there are no handlers requiring it.")
+                finalizers.allow_deletion(body=body, patch=cycle.persistence.patch, finalizer=finalizer)
     return _Verdict(done=True)
 
 

@@ -673,3 +673,30 @@ async def test_the_cause_in_progress_and_event_handlers_are_logged_in_kopfs_word
     assert len(in_progress) == 1
     assert in_progress[0].startswith("Creation is in progress: {")  # the object's body follows, as in Kopf
     assert "Handler 'watched' succeeded." in messages
+
+
+async def test_the_finalizer_goes_when_no_handler_needs_it_any_more(server, registry):
+    calls = []
+    kopf.on.delete(*RESOURCE, id='d', labels={'guarded': 'yes'}, registry=registry)(make_handler(calls, 'd'))
+    server.change({'metadata': {'labels': {'guarded': 'yes'}}})
+    await server.run()
+    assert server.raw['metadata']['finalizers'] == [FINALIZER]
+
+    server.change({'metadata': {'labels': {'guarded': None}}})  # no delete handler is interested now
+    await server.run()  # the update, concluded
+    result = await server.cycle()  # the event of that conclusion
+    assert result.cause == 'noop'
+    assert not server.raw['metadata'].get('finalizers')
+
+    server.change({'metadata': {'labels': {'guarded': 'yes'}}})  # and interested again
+    await server.run()
+    assert server.raw['metadata']['finalizers'] == [FINALIZER]
+    assert calls == []
+
+
+async def test_other_finalizers_stay_when_ours_goes(server, registry):
+    kopf.on.create(*RESOURCE, id='c', registry=registry)(lambda **_: None)
+    server.raw['metadata'].update(finalizers=['other/finalizer', FINALIZER])
+    await server.run()
+    await server.cycle()
+    assert server.raw['metadata']['finalizers'] == ['other/finalizer']
