@@ -7,6 +7,7 @@ Event attached to the object (see :mod:`kopf.engines.posting`).
 """
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 from collections.abc import Mapping, MutableMapping
@@ -73,24 +74,47 @@ class ObjectFormatter(logging.Formatter):
         return text
 
 
+# The attributes of every log record, and ours: all others are a caller's ``extra=`` fields.
+_RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord('', 0, '', 0, '', (), None))) | {
+    'message', 'asctime', 'taskName', 'k8s_ref', 'k8s_skip', 'k8s_settings'}
+
+
+def severity(levelno: int) -> str:
+    """Kopf's names of the levels in JSON logs: debug, info, warn, error, fatal."""
+    if levelno >= logging.CRITICAL:
+        return 'fatal'
+    if levelno >= logging.ERROR:
+        return 'error'
+    if levelno > logging.INFO:
+        return 'warn'
+    if levelno == logging.INFO:
+        return 'info'
+    return 'debug'
+
+
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line, for log collectors; the object's reference goes under ``refkey``."""
+    """
+    One JSON object per line, for log collectors, with Kopf's keys.
+
+    ``message``, the fields a caller gave as ``extra=``, the object's
+    reference under ``refkey``, ``exc_info`` (the formatted traceback),
+    ``timestamp`` (ISO 8601 with the time zone) and ``severity``.
+    """
 
     def __init__(self, *args: Any, refkey: str = 'object', **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.refkey = refkey
 
     def format(self, record: logging.LogRecord) -> str:
-        data: dict[str, Any] = {
-            'time': self.formatTime(record),
-            'level': record.levelname,
-            'logger': record.name,
-            'message': record.getMessage(),
-        }
+        data: dict[str, Any] = {'message': record.getMessage()}
+        data.update({key: value for key, value in vars(record).items() if key not in _RECORD_ATTRIBUTES})
         ref = getattr(record, 'k8s_ref', None)
         if ref:
             data[self.refkey] = ref
         if record.exc_info:
-            data['exception'] = self.formatException(record.exc_info)
-        return json.dumps(data)
+            data['exc_info'] = self.formatException(record.exc_info)
+        created = datetime.datetime.fromtimestamp(record.created, tz=datetime.timezone.utc)
+        data['timestamp'] = created.isoformat()
+        data['severity'] = severity(record.levelno)
+        return json.dumps(data, default=str)
 

@@ -1,6 +1,9 @@
+import datetime
 import io
 import json
 import logging
+
+import pytest
 
 import kopf
 from kopf.engines import loggers
@@ -35,13 +38,38 @@ def test_object_formatter_prefixes_per_object_messages_only():
     assert stream.getvalue() == 'INFO [ns/n] handled\nINFO general\n'
 
 
-def test_json_formatter_emits_one_object_per_line():
+def test_json_formatter_emits_one_object_per_line_with_kopfs_keys():
     log, stream = capture(loggers.JsonFormatter())
     loggers.ObjectLogger(body=BODY, logger=log).warning("careful")
     data = json.loads(stream.getvalue())
-    assert data['level'] == 'WARNING'
+    assert set(data) == {'message', 'object', 'timestamp', 'severity'}
+    assert data['severity'] == 'warn'
     assert data['message'] == 'careful'
     assert data['object']['name'] == 'n'
+    assert datetime.datetime.fromisoformat(data['timestamp']).tzinfo is not None
+
+
+@pytest.mark.parametrize('level, name', [
+    (logging.DEBUG, 'debug'), (logging.INFO, 'info'), (25, 'warn'), (logging.WARNING, 'warn'),
+    (logging.ERROR, 'error'), (logging.CRITICAL, 'fatal'),
+])
+def test_json_severities_are_named_as_in_kopf(level, name):
+    log, stream = capture(loggers.JsonFormatter())
+    log.setLevel(logging.DEBUG)
+    log.log(level, "x")
+    assert json.loads(stream.getvalue())['severity'] == name
+
+
+def test_json_logs_carry_the_extra_fields_and_the_traceback():
+    log, stream = capture(loggers.JsonFormatter())
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        log.exception("failed", extra={"custom_field": 42, "odd": object()})
+    data = json.loads(stream.getvalue())
+    assert data['custom_field'] == 42
+    assert data['odd'].startswith('<object')  # what JSON cannot hold is written as text
+    assert data['exc_info'].startswith('Traceback') and 'ValueError: boom' in data['exc_info']
 
 
 def test_json_formatter_puts_the_reference_under_the_refkey():
