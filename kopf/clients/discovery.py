@@ -113,7 +113,7 @@ async def _resolve(*, context: APIContext, selector: Selector, cache: _Cache) ->
             searched.append(f'{group.name}/{version}' if group.name else version)
             entries = await _resource_list(context=context, group=group.name, version=version, cache=cache,
                                            tolerant=selector.group is None)
-            found = _match(selector, group.name, version, entries)
+            found = _match(selector, group.name, version, entries, preferred=version == group.versions[0])
             if found:
                 candidates.extend(found)
                 break  # the preferred (or the first serving) version of a group wins
@@ -144,7 +144,14 @@ def _choose(selector: Selector, candidates: Sequence[_Candidate]) -> Resource:
         "Specify the group, e.g. 'plural.group'.", candidates=resources)
 
 
-def _match(selector: Selector, group: str, version: str, entries: list[Mapping[str, Any]] | None) -> list[_Candidate]:
+def _match(
+        selector: Selector,
+        group: str,
+        version: str,
+        entries: list[Mapping[str, Any]] | None,
+        *,
+        preferred: bool = True,
+) -> list[_Candidate]:
     if not entries:
         return []
     subresources: dict[str, set[str]] = {}
@@ -162,8 +169,13 @@ def _match(selector: Selector, group: str, version: str, entries: list[Mapping[s
             version=version,
             plural=plural,
             kind=entry.get('kind') or None,
-            namespaced=bool(entry.get('namespaced', True)),
+            singular=entry.get('singularName') or None,
+            shortcuts=frozenset(entry.get('shortNames') or ()),
+            categories=frozenset(entry.get('categories') or ()),
             subresources=frozenset(subresources.get(plural, ())),
+            namespaced=bool(entry.get('namespaced', True)),
+            preferred=preferred,
+            verbs=frozenset(entry.get('verbs') or ()),
         )
         rank = selector.match_rank(resource, singular=entry.get('singularName') or '',
                                    short_names=entry.get('shortNames') or ())

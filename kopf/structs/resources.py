@@ -22,16 +22,35 @@ ParamValue = str | int | float | bool | None
 _VERSION_RE = re.compile(r'^v\d+((alpha|beta)\d+)?$')
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Resource:
-    """A resource as served by the cluster, with everything needed to address it."""
+    """
+    A resource as served by the cluster, with everything needed to address it.
+
+    The fields are Kopf's, in Kopf's order. As in Kopf, a resource is
+    identified by its group, version and plural alone: two of them with
+    these equal are equal, whatever else discovery has told about them.
+    """
 
     group: str  # '' for the core API group ('v1' pods, configmaps, events, ...)
     version: str
     plural: str
     kind: str | None = None
-    namespaced: bool = True
+    singular: str | None = None
+    shortcuts: frozenset[str] = frozenset()  # the short names, e.g. 'po' for pods
+    categories: frozenset[str] = frozenset()  # e.g. 'all'
     subresources: frozenset[str] = frozenset()
+    namespaced: bool = True
+    preferred: bool = True  # whether this version is the group's preferred one
+    verbs: frozenset[str] = frozenset()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Resource):
+            return NotImplemented
+        return (self.group, self.version, self.plural) == (other.group, other.version, other.plural)
+
+    def __hash__(self) -> int:
+        return hash((self.group, self.version, self.plural))
 
     @property
     def api_version(self) -> str:
@@ -41,14 +60,14 @@ class Resource:
     def get_url(
             self,
             *,
-            server: str,
+            server: str | None = None,
             namespace: str | None = None,
             name: str | None = None,
             subresource: str | None = None,
             params: Mapping[str, ParamValue] | None = None,
     ) -> str:
         """
-        The full URL of the resource's collection or of one of its objects.
+        The URL of the resource's collection or of one of its objects (a path without a ``server``).
 
         With no namespace, a namespaced resource is addressed cluster-wide (all
         namespaces), which is how the operator lists and watches it. For
@@ -58,7 +77,7 @@ class Resource:
         if subresource is not None and name is None:
             raise ValueError(f"A subresource ({subresource!r}) needs an object name.")
         base = '/api' if not self.group else f'/apis/{self.group}'
-        parts = [server.rstrip('/') + base, self.version]
+        parts = [(server or '').rstrip('/') + base, self.version]
         if self.namespaced and namespace is not None:
             parts += ['namespaces', _quote(namespace)]
         parts.append(self.plural)

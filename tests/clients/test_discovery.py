@@ -82,7 +82,13 @@ def cluster(aresponses, host, documents):
     return documents
 
 
-KEX = Resource('kopf.dev', 'v1', 'kopfexamples', 'KopfExample', True, frozenset({'status'}))
+KEX = Resource('kopf.dev', 'v1', 'kopfexamples', 'KopfExample', namespaced=True, subresources=frozenset({'status'}))
+PODS = Resource('', 'v1', 'pods', 'Pod', namespaced=True, subresources=frozenset({'status', 'log'}))
+
+
+def described(resource):
+    """Resources are equal by group, version and plural (as in Kopf): compare what discovery tells too."""
+    return (resource, resource.kind, resource.namespaced, resource.subresources)
 
 
 @pytest.mark.parametrize('args, expected', [
@@ -93,32 +99,33 @@ KEX = Resource('kopf.dev', 'v1', 'kopfexamples', 'KopfExample', True, frozenset(
     (('kopfexample',), KEX),
     (('kex',), KEX),
     (('kopf.dev', 'v1', 'kopfexamples'), KEX),
-    (('kopf.dev', 'v1beta1', 'kopfexamples'), Resource('kopf.dev', 'v1beta1', 'kopfexamples', 'KopfExample', True)),
-    (('kopf.dev/v1beta1', 'kopfexamples'), Resource('kopf.dev', 'v1beta1', 'kopfexamples', 'KopfExample', True)),
-    (('clusterthings',), Resource('kopf.dev', 'v1', 'clusterthings', 'ClusterThing', False)),
-    (('pods',), Resource('', 'v1', 'pods', 'Pod', True, frozenset({'status', 'log'}))),
-    (('Pod',), Resource('', 'v1', 'pods', 'Pod', True, frozenset({'status', 'log'}))),
-    (('', 'v1', 'pods'), Resource('', 'v1', 'pods', 'Pod', True, frozenset({'status', 'log'}))),
-    (('v1', 'pods'), Resource('', 'v1', 'pods', 'Pod', True, frozenset({'status', 'log'}))),
-    (('configmaps',), Resource('', 'v1', 'configmaps', 'ConfigMap', True)),
-    (('cm',), Resource('', 'v1', 'configmaps', 'ConfigMap', True)),
-    (('namespaces',), Resource('', 'v1', 'namespaces', 'Namespace', False)),
-    (('deployments.v1.apps',), Resource('apps', 'v1', 'deployments', 'Deployment', True,
-                                        frozenset({'status', 'scale'}))),
-    (('deploy',), Resource('apps', 'v1', 'deployments', 'Deployment', True, frozenset({'status', 'scale'}))),
+    (('kopf.dev', 'v1beta1', 'kopfexamples'), Resource('kopf.dev', 'v1beta1', 'kopfexamples', 'KopfExample')),
+    (('kopf.dev/v1beta1', 'kopfexamples'), Resource('kopf.dev', 'v1beta1', 'kopfexamples', 'KopfExample')),
+    (('clusterthings',), Resource('kopf.dev', 'v1', 'clusterthings', 'ClusterThing', namespaced=False)),
+    (('pods',), PODS),
+    (('Pod',), PODS),
+    (('', 'v1', 'pods'), PODS),
+    (('v1', 'pods'), PODS),
+    (('configmaps',), Resource('', 'v1', 'configmaps', 'ConfigMap', namespaced=True)),
+    (('cm',), Resource('', 'v1', 'configmaps', 'ConfigMap', namespaced=True)),
+    (('namespaces',), Resource('', 'v1', 'namespaces', 'Namespace', namespaced=False)),
+    (('deployments.v1.apps',), Resource('apps', 'v1', 'deployments', 'Deployment', namespaced=True,
+                                        subresources=frozenset({'status', 'scale'}))),
+    (('deploy',), Resource('apps', 'v1', 'deployments', 'Deployment', namespaced=True,
+                           subresources=frozenset({'status', 'scale'}))),
 ])
 async def test_resolution(cluster, context, args, expected):
-    assert await resolve(context=context, selector=Selector.from_args(*args)) == expected
+    assert described(await resolve(context=context, selector=Selector.from_args(*args))) == described(expected)
 
 
 async def test_core_group_wins_over_other_groups(cluster, context):
     resource = await resolve(context=context, selector=Selector.parse('events'))
-    assert resource == Resource('', 'v1', 'events', 'Event', True)
+    assert resource == Resource('', 'v1', 'events', 'Event', namespaced=True)
 
 
 async def test_other_group_when_named(cluster, context):
     resource = await resolve(context=context, selector=Selector.parse('events.events.k8s.io'))
-    assert resource == Resource('events.k8s.io', 'v1', 'events', 'Event', True)
+    assert resource == Resource('events.k8s.io', 'v1', 'events', 'Event', namespaced=True)
 
 
 async def test_legacy_extensions_group_loses(cluster, context):
@@ -134,7 +141,7 @@ async def test_preferred_version_is_used_without_an_explicit_version(cluster, co
 
 async def test_other_versions_are_searched_if_the_preferred_one_lacks_the_resource(cluster, context):
     resource = await resolve(context=context, selector=Selector.parse('oldthings'))
-    assert resource == Resource('kopf.dev', 'v1beta1', 'oldthings', 'OldThing', True)
+    assert resource == Resource('kopf.dev', 'v1beta1', 'oldthings', 'OldThing', namespaced=True)
 
 
 async def test_not_found_names_the_selector(cluster, context):
@@ -199,7 +206,7 @@ async def test_a_miss_refreshes_the_cache_once(cluster, context):
     cluster['/apis']['groups'].append(group('new.dev', 'v1'))
     cluster['/apis/new.dev/v1'] = resource_list('new.dev/v1', entry('newthings', 'NewThing'))
     resource = await resolve(context=context, selector=Selector.parse('newthings'))
-    assert resource == Resource('new.dev', 'v1', 'newthings', 'NewThing', True)
+    assert resource == Resource('new.dev', 'v1', 'newthings', 'NewThing', namespaced=True)
 
 
 async def test_a_broken_aggregated_api_does_not_break_resolution(cluster, context, caplog):
@@ -231,5 +238,17 @@ async def test_scan_finds_every_listable_watchable_resource_in_preferred_version
         'ingresses.v1.networking.k8s.io', 'kopfexamples.v1.kopf.dev', 'clusterthings.v1.kopf.dev',
     }
     assert KEX in resources
-    assert Resource('', 'v1', 'pods', 'Pod', True, frozenset({'status', 'log'})) in resources
+    assert Resource('', 'v1', 'pods', 'Pod', namespaced=True, subresources=frozenset({'status', 'log'})) in resources
     assert 'metrics.k8s.io' in caplog.text  # the failing group is skipped, loudly
+
+
+async def test_resources_tell_what_discovery_says_of_them_as_in_kopf(cluster, context):
+    pods = await resolve(context=context, selector=Selector.parse('po'))
+    assert (pods.singular, pods.shortcuts) == ('pod', frozenset({'po'}))
+    assert pods.verbs == frozenset({'get', 'list', 'watch'})
+    assert pods.preferred
+    assert pods == Resource('', 'v1', 'pods')  # equal by group, version, plural, as in Kopf
+    assert hash(pods) == hash(Resource('', 'v1', 'pods', kind='Other'))
+    assert pods.get_url(namespace='ns', name='p') == '/api/v1/namespaces/ns/pods/p'  # without a server: a path
+    old = await resolve(context=context, selector=Selector.parse('oldthings'))
+    assert not old.preferred  # served only by kopf.dev/v1beta1, while v1 is the group's preferred version

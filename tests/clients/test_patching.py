@@ -9,9 +9,9 @@ from kopf.clients.patching import find_dropped, patch_obj
 from kopf.structs.patches import apply
 from kopf.structs.resources import Resource
 
-WITH_STATUS = Resource('kopf.dev', 'v1', 'kopfexamples', 'KopfExample', True, frozenset({'status'}))
-WITHOUT_STATUS = Resource('kopf.dev', 'v1', 'kopfexamples', 'KopfExample', True)
-PODS = Resource('', 'v1', 'pods', 'Pod', True, frozenset({'status'}))
+WITH_STATUS = Resource('kopf.dev', 'v1', 'kopfexamples', 'KopfExample', subresources=frozenset({'status'}))
+WITHOUT_STATUS = Resource('kopf.dev', 'v1', 'kopfexamples', 'KopfExample', namespaced=True)
+PODS = Resource('', 'v1', 'pods', 'Pod', namespaced=True, subresources=frozenset({'status'}))
 MAIN = '/apis/kopf.dev/v1/namespaces/ns1/kopfexamples/kex1'
 STATUS = MAIN + '/status'
 

@@ -15,7 +15,7 @@ from kopf.structs.resources import Resource, Selector
 from kopf.structs.reviews import InvalidReviewError
 
 SELECTOR = Selector(name='kopfexamples')
-RESOURCE = Resource('kopf.dev', 'v1', 'kopfexamples', 'KopfExample', True)
+RESOURCE = Resource('kopf.dev', 'v1', 'kopfexamples', 'KopfExample', namespaced=True)
 OBJECT = {
     'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample',
     'metadata': {'name': 'kex1', 'namespace': 'ns1', 'labels': {'app': 'demo'}},

@@ -158,10 +158,10 @@ async def test_a_liveness_port_in_use_stops_the_operator_before_anything_runs():
 
 # --- kopf.EVERYTHING ---------------------------------------------------------------------------
 
-PODS = Resource('', 'v1', 'pods', 'Pod', True)
-KEX = Resource('kopf.dev', 'v1', 'kopfexamples', 'KopfExample', True)
-KEX_OLD = Resource('kopf.dev', 'v1beta1', 'kopfexamples', 'KopfExample', True)
-CMS = Resource('', 'v1', 'configmaps', 'ConfigMap', True)
+PODS = Resource('', 'v1', 'pods', 'Pod', namespaced=True)
+KEX = Resource('kopf.dev', 'v1', 'kopfexamples', 'KopfExample', namespaced=True)
+KEX_OLD = Resource('kopf.dev', 'v1beta1', 'kopfexamples', 'KopfExample', namespaced=True)
+CMS = Resource('', 'v1', 'configmaps', 'ConfigMap', namespaced=True)
 
 
 async def test_everything_adds_every_other_served_resource_once(monkeypatch):

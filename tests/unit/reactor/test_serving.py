@@ -20,9 +20,9 @@ KEX = Selector(name='kopfexamples')
 PODS = Selector(name='pods')
 NODES = Selector(name='nodes')
 RESOURCES = {
-    KEX: Resource('kopf.dev', 'v1', 'kopfexamples', 'KopfExample', True),
-    PODS: Resource('', 'v1', 'pods', 'Pod', True),
-    NODES: Resource('', 'v1', 'nodes', 'Node', False),
+    KEX: Resource('kopf.dev', 'v1', 'kopfexamples', 'KopfExample', namespaced=True),
+    PODS: Resource('', 'v1', 'pods', 'Pod', namespaced=True),
+    NODES: Resource('', 'v1', 'nodes', 'Node', namespaced=False),
 }
 ENDPOINT = {'url': 'https://127.0.0.1:9443/hooks', 'caBundle': 'Q0E='}
 VALIDATING = '/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations'
