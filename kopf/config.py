@@ -9,6 +9,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import logging
+import socket
 from collections.abc import Iterable
 from typing import Any
 
@@ -43,6 +44,7 @@ class PersistenceConfig:
         'finalizer': str,
         'max_unpersisted_time': float,
         'fail_on_pruning': bool,
+        'consistency_timeout': float,  # Kopf's; accepted, with no effect (see docs/configuration.rst)
     }
 
     progress_storage: ProgressStorage
@@ -50,6 +52,7 @@ class PersistenceConfig:
     finalizer: str
     max_unpersisted_time: float
     fail_on_pruning: bool
+    consistency_timeout: float
 
     def __init__(
             self,
@@ -66,6 +69,7 @@ class PersistenceConfig:
         self.finalizer = finalizer
         self.max_unpersisted_time = max_unpersisted_time
         self.fail_on_pruning = fail_on_pruning
+        self.consistency_timeout = 5.0
 
     def __setattr__(self, name: str, value: Any) -> None:
         expected = self._TYPES.get(name)
@@ -110,11 +114,18 @@ class PostingConfig:
     (ERROR) -- ``kopf.event`` is always posted -- and of log messages.
     ``loggers``: whether the per-object log messages of handlers and of the
     framework are posted too (reason ``Logging``); off by default.
+    ``reporting_component`` and ``reporting_instance``: who the Events say
+    posted them (the instance is this machine's, or the pod's, name; Kopf's
+    default is ``'dev'``). ``event_name_prefix``: the Events' names start
+    with it, the API server adds a unique suffix.
     """
 
     enabled: bool = True
     level: int = logging.INFO
     loggers: bool = False
+    reporting_component: str = 'kopf'
+    reporting_instance: str = dataclasses.field(default_factory=lambda: socket.gethostname()[:128])
+    event_name_prefix: str = 'kopf-event-'
 
 
 @dataclasses.dataclass
@@ -314,8 +325,26 @@ class BackgroundConfig:
     exit_timeout: float = 5.0
 
 
+@dataclasses.dataclass
+class ProcessConfig:
+    """Kopf's ``settings.process``: accepted for compatibility, with no effect (see docs/configuration.rst)."""
+
+    ultimate_exiting_timeout: float | None = None
+
+
+@dataclasses.dataclass
+class ScanningConfig:
+    """Kopf's ``settings.scanning``: accepted for compatibility, with no effect (see docs/configuration.rst)."""
+
+    disabled: bool = False
+
+
 class OperatorConfig:
-    """All settings of one operator; ``kopf.OperatorSettings`` is the same class."""
+    """
+    All settings of one operator; ``kopf.OperatorSettings`` is the same class.
+
+    ``queueing`` is Kopf's newer name of ``batching`` (the same object).
+    """
 
     def __init__(self) -> None:
         self.persistence = PersistenceConfig()
@@ -328,6 +357,16 @@ class OperatorConfig:
         self.probing = ProbingConfig()
         self.background = BackgroundConfig()
         self.peering = PeeringConfig()
+        self.process = ProcessConfig()
+        self.scanning = ScanningConfig()
+
+    @property
+    def queueing(self) -> BatchingConfig:
+        return self.batching
+
+    @queueing.setter
+    def queueing(self, value: BatchingConfig) -> None:
+        self.batching = value
 
 
 OperatorSettings = OperatorConfig

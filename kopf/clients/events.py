@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import secrets
 import socket
 from collections.abc import Mapping
 from typing import Any, TypeAlias
@@ -19,6 +18,7 @@ Logger: TypeAlias = 'logging.Logger | logging.LoggerAdapter[Any]'
 
 MAX_MESSAGE_LENGTH = 1024
 COMPONENT = 'kopf'
+NAME_PREFIX = 'kopf-event-'
 
 
 async def post_event(
@@ -29,9 +29,16 @@ async def post_event(
         reason: str,
         message: str,
         logger: Logger | None = None,
+        component: str = COMPONENT,
+        instance: str | None = None,
+        name_prefix: str = NAME_PREFIX,
 ) -> None:
     """
     Post a core v1 Event about the referenced object; log (never raise) on failure.
+
+    ``component`` and ``instance`` say who reports it (the instance defaults
+    to the host name); ``name_prefix`` starts its name (the server adds a
+    unique suffix).
 
     ``ref`` has the object's ``apiVersion``, ``kind``, ``name``, ``namespace``
     and ``uid``. Events of cluster-scoped objects go to the ``default``
@@ -39,7 +46,8 @@ async def post_event(
     messages as events itself, or a failure would feed itself.
     """
     log: Logger = logger if logger is not None else logging.getLogger(__name__)
-    body = build_event(ref=ref, type=type, reason=reason, message=message)
+    body = build_event(ref=ref, type=type, reason=reason, message=message, component=component,
+                       instance=instance, name_prefix=name_prefix)
     namespace = body['metadata']['namespace']
     try:
         await context.request('POST', f'/api/v1/namespaces/{namespace}/events', json=body)
@@ -48,11 +56,19 @@ async def post_event(
                     ref.get('kind'), ref.get('name'), reason, body['message'], e)
 
 
-def build_event(*, ref: Mapping[str, Any], type: str, reason: str, message: str) -> dict[str, Any]:
-    """The Event object: a new one each time (count 1), named after the object plus a random suffix."""
+def build_event(
+        *,
+        ref: Mapping[str, Any],
+        type: str,
+        reason: str,
+        message: str,
+        component: str = COMPONENT,
+        instance: str | None = None,
+        name_prefix: str = NAME_PREFIX,
+) -> dict[str, Any]:
+    """The Event object: a new one each time (count 1), named by the prefix plus the server's suffix."""
     now = datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')
     namespace = ref.get('namespace') or 'default'
-    object_name = str(ref.get('name') or 'kopf')
     if len(message) > MAX_MESSAGE_LENGTH:
         message = message[:MAX_MESSAGE_LENGTH - 3] + '...'
     return {
@@ -60,7 +76,7 @@ def build_event(*, ref: Mapping[str, Any], type: str, reason: str, message: str)
         'kind': 'Event',
         'metadata': {
             'namespace': namespace,
-            'name': f'{object_name[:200]}.{secrets.token_hex(8)}',
+            'generateName': name_prefix,
         },
         'involvedObject': {
             key: ref[key] for key in ('apiVersion', 'kind', 'name', 'namespace', 'uid') if ref.get(key)
@@ -68,9 +84,9 @@ def build_event(*, ref: Mapping[str, Any], type: str, reason: str, message: str)
         'type': type,
         'reason': reason,
         'message': message,
-        'source': {'component': COMPONENT},
-        'reportingComponent': COMPONENT,
-        'reportingInstance': socket.gethostname()[:128],
+        'source': {'component': component},
+        'reportingComponent': component,
+        'reportingInstance': (instance if instance is not None else socket.gethostname())[:128],
         'firstTimestamp': now,
         'lastTimestamp': now,
         'count': 1,

@@ -20,7 +20,7 @@ from typing import Any
 from kopf.clients import auth, discovery, events, watching
 from kopf.clients.auth import APIContext
 from kopf.clients.objects import ObjectsClient
-from kopf.config import OperatorConfig
+from kopf.config import OperatorConfig, PostingConfig
 from kopf.engines import posting, probing
 from kopf.reactor import (
     activities,
@@ -351,7 +351,7 @@ async def _watch_all(
     posting.event_queue_var.set(queue)
     posting.event_loop_var.set(asyncio.get_running_loop())
     posting.event_settings_var.set(config.posting)
-    poster = asyncio.create_task(posting.poster(queue=queue, post=functools.partial(_post, context)))
+    poster = asyncio.create_task(posting.poster(queue=queue, post=functools.partial(_post, context, config.posting)))
     handler = posting.PostingHandler(settings=lambda: config.posting)
     logging.getLogger('kopf.objects').addHandler(handler)
     gate = peers.gate if peers is not None else None
@@ -460,9 +460,10 @@ async def _watch_one(
                                  settings=watch.config.batching, gate=gate)
 
 
-async def _post(context: APIContext, item: posting.K8sEvent) -> None:
+async def _post(context: APIContext, settings: PostingConfig, item: posting.K8sEvent) -> None:
     await events.post_event(context=context, ref=item.ref, type=item.type, reason=item.reason,
-                            message=item.message)
+                            message=item.message, component=settings.reporting_component,
+                            instance=settings.reporting_instance, name_prefix=settings.event_name_prefix)
 
 
 async def _drain(queue: asyncio.Queue[posting.K8sEvent], *, timeout: float) -> None:

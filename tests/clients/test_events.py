@@ -20,7 +20,7 @@ async def test_event_body(context, aresponses, host, history):
     assert body['apiVersion'] == 'v1'
     assert body['kind'] == 'Event'
     assert body['metadata']['namespace'] == 'ns1'
-    assert re.fullmatch(r'kex1\.[0-9a-f]{16}', body['metadata']['name'])
+    assert body['metadata'] == {'namespace': 'ns1', 'generateName': 'kopf-event-'}  # as Kopf names them
     assert body['involvedObject'] == REF
     assert body['type'] == 'Normal'
     assert body['reason'] == 'Logging'
@@ -35,12 +35,14 @@ async def test_event_body(context, aresponses, host, history):
     assert before <= stamp <= after
 
 
-async def test_event_names_are_unique(context, aresponses, host, history):
-    aresponses.add(host, '/api/v1/namespaces/ns1/events', 'POST', {}, repeat=2)
-    await post_event(context=context, ref=REF, type='Normal', reason='R', message='one')
-    await post_event(context=context, ref=REF, type='Normal', reason='R', message='two')
-    names = [(await r.json())['metadata']['name'] for r in history()]
-    assert len(set(names)) == 2
+async def test_the_reporter_and_the_name_prefix_are_configurable(context, aresponses, host, history):
+    aresponses.add(host, '/api/v1/namespaces/ns1/events', 'POST', {})
+    await post_event(context=context, ref=REF, type='Normal', reason='R', message='one', component='my-operator',
+                     instance='pod-1', name_prefix='my-event-')
+    body = await history()[0].json()
+    assert body['metadata']['generateName'] == 'my-event-'
+    assert body['source'] == {'component': 'my-operator'}
+    assert (body['reportingComponent'], body['reportingInstance']) == ('my-operator', 'pod-1')
 
 
 async def test_cluster_scoped_objects_get_events_in_the_default_namespace(context, aresponses, host, history):

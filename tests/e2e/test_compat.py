@@ -408,8 +408,11 @@ def test_filters_select_the_same_handlers_as_in_kopf(kube: KubeAPI, sides: Calla
 
 def posted(kube: KubeAPI, side: Side, name: str) -> list[tuple[str, str, str]]:
     items = (kube.find(f'/api/v1/namespaces/{side.namespace}/events') or {}).get('items', [])
-    return sorted((e.get('type', ''), e.get('reason', ''), e.get('message', ''))
-                  for e in items if e['involvedObject'].get('name') == name)
+    events = [e for e in items if e['involvedObject'].get('name') == name]
+    for event in events:  # as configured in settings.posting
+        assert event['metadata']['name'].startswith('compat-event-')
+        assert event['reportingComponent'] == event['source']['component'] == 'compat-operator'
+    return sorted((e.get('type', ''), e.get('reason', ''), e.get('message', '')) for e in events)
 
 
 def test_event_handlers_and_posted_events_as_in_kopf(kube: KubeAPI, sides: Callable[..., list[Side]]) -> None:

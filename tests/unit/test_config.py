@@ -122,3 +122,20 @@ def test_peering_standalone_is_kopfs_spelling_of_the_mode():
     assert peering.mode == 'standalone'
     with pytest.raises(ValueError, match=r"set config\.peering\.mode to 'ha' or 'shards'"):
         peering.standalone = False
+
+
+def test_kopfs_newer_and_inert_settings_are_accepted():
+    settings = kopf.OperatorSettings()
+    assert settings.queueing is settings.batching  # Kopf's newer name
+    settings.queueing.worker_limit = 3
+    assert settings.batching.worker_limit == 3
+    settings.process.ultimate_exiting_timeout = 5
+    settings.scanning.disabled = True
+    settings.persistence.consistency_timeout = 3
+    assert settings.persistence.consistency_timeout == 3.0
+
+
+def test_events_say_who_posted_them_as_configured():
+    settings = kopf.OperatorSettings()
+    assert (settings.posting.reporting_component, settings.posting.event_name_prefix) == ('kopf', 'kopf-event-')
+    assert settings.posting.reporting_instance  # the host's name

@@ -20,6 +20,8 @@ def record(handler: str, name: str, **details: Any) -> None:
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.server_timeout = 10
+    settings.posting.reporting_component = 'compat-operator'
+    settings.posting.event_name_prefix = 'compat-event-'
 
 
 @kopf.on.event('kopfcompats')
