@@ -64,7 +64,7 @@ from kopf.storage.progress import (
 from kopf.storage.records import ProgressRecord
 from kopf.storage.sqlite import SQLiteDiffBaseStorage, SQLiteProgressStorage
 from kopf.structs.bodies import Body, Meta, RawBody, Spec, Status
-from kopf.structs.credentials import ConnectionInfo
+from kopf.structs.credentials import AiohttpSession, ConnectionInfo
 from kopf.structs.dicts import FieldPath, FieldSpec
 from kopf.structs.diffs import Diff, DiffItem, DiffOperation
 from kopf.structs.ephemera import Memo
@@ -116,6 +116,7 @@ __all__ = [
     'Activity',
     'ActivityError',
     'AdmissionError',
+    'AiohttpSession',
     'Annotations',
     'AnnotationsDiffBaseStorage',
     'AnnotationsProgressStorage',

@@ -22,10 +22,8 @@ import dataclasses
 import json as jsonlib
 import logging
 import os
-import shutil
 import socket
 import ssl
-import tempfile
 import time
 import types
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sized
@@ -43,13 +41,13 @@ from kopf.clients.errors import (
     LoginError,
     check_response,
 )
-from kopf.structs.credentials import ConnectionInfo
+from kopf.structs.credentials import AiohttpSession, ConnectionInfo
 from kopf.structs.resources import ParamValue, build_query
 
 logger = logging.getLogger(__name__)
 
 Logger: TypeAlias = 'logging.Logger | logging.LoggerAdapter[Any]'
-Relogin: TypeAlias = Callable[[], Awaitable[ConnectionInfo]]
+Relogin: TypeAlias = Callable[[], Awaitable['ConnectionInfo | AiohttpSession']]
 
 TOKEN_FILE_CHECK_INTERVAL = 1.0  # seconds between checks whether a token file has changed
 
@@ -60,40 +58,8 @@ MAX_CONCURRENT_REQUESTS = 32
 
 
 def make_ssl_context(info: ConnectionInfo) -> ssl.SSLContext:
-    """
-    A TLS context that verifies the server, unless the user explicitly disabled it.
-
-    Client certificates given as data are written to a private temporary
-    directory only for the moment of loading them, then removed: the context
-    keeps them in memory.
-    """
-    cadata: str | bytes | None = None
-    if info.ca_data is not None:
-        cadata = info.ca_data.decode('ascii') if b'-----BEGIN' in info.ca_data else info.ca_data
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=info.ca_path, cadata=cadata)
-    if info.insecure:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    if info.certificate_path or info.certificate_data:
-        tmpdir = tempfile.mkdtemp(prefix='kopf-tls-')  # created with 0700 permissions
-        try:
-            certfile = _materialize(tmpdir, 'client.crt', info.certificate_data, info.certificate_path)
-            keyfile = _materialize(tmpdir, 'client.key', info.private_key_data, info.private_key_path)
-            assert certfile is not None
-            context.load_cert_chain(certfile=certfile, keyfile=keyfile)
-        finally:
-            shutil.rmtree(tmpdir, ignore_errors=True)
-    return context
-
-
-def _materialize(tmpdir: str, filename: str, data: bytes | None, path: str | None) -> str | None:
-    if data is None:
-        return path
-    target = os.path.join(tmpdir, filename)
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, 'wb') as f:
-        f.write(data)
-    return target
+    """A TLS context that verifies the server, unless the user explicitly disabled it (see ConnectionInfo)."""
+    return info.as_ssl_context()
 
 
 def keepalive_socket_factory(idle: float) -> Callable[[Any], socket.socket]:
@@ -166,11 +132,15 @@ class APIContext:
     again with ``relogin`` (e.g. the operator's login handlers) and repeats
     the request once. At most ``max_concurrent_requests`` requests are in
     flight at once (the others wait for a slot); streams are not limited.
+
+    The credentials may also be a login handler's own session
+    (:class:`~kopf.structs.credentials.AiohttpSession`): it is used as it
+    is, and closed with the context.
     """
 
     def __init__(
             self,
-            info: ConnectionInfo,
+            info: ConnectionInfo | AiohttpSession,
             *,
             retries: int = 4,
             backoff: float = 0.5,
@@ -185,6 +155,8 @@ class APIContext:
             max_concurrent_requests: int = MAX_CONCURRENT_REQUESTS,
             logger: Logger | None = None,
     ) -> None:
+        self._provided: aiohttp.ClientSession | None = None  # a login handler's own session, if any
+        info = self._accept(info)
         self.info = info
         self.server = info.server.rstrip('/')
         if backoffs is None:
@@ -229,7 +201,28 @@ class APIContext:
             return
         self._session = self._make_session(self.info)
 
+    @property
+    def custom_session(self) -> bool:
+        """Whether the session is a login handler's own (it cannot be recreated from the credentials)."""
+        return self._provided is not None
+
+    def _accept(self, credentials: ConnectionInfo | AiohttpSession) -> ConnectionInfo:
+        """Remember a provided session, if it is one; the credentials as far as they are known."""
+        if isinstance(credentials, AiohttpSession):
+            if not isinstance(credentials.aiohttp_session, aiohttp.ClientSession):
+                raise LoginError(f"kopf.AiohttpSession(aiohttp_session=...) must be an aiohttp.ClientSession, "
+                                 f"got {type(credentials.aiohttp_session).__name__}.")
+            self._provided = credentials.aiohttp_session
+            return ConnectionInfo(server=credentials.server, default_namespace=credentials.default_namespace,
+                                  priority=credentials.priority, expiration=credentials.expiration)
+        self._provided = None
+        return credentials
+
     def _make_session(self, info: ConnectionInfo) -> aiohttp.ClientSession:
+        if self._provided is not None:
+            if 'User-Agent' not in self._provided.headers:
+                self._provided.headers['User-Agent'] = 'kopf'
+            return self._provided
         try:
             ssl_context = make_ssl_context(info)
         except (ssl.SSLError, OSError) as e:
@@ -240,7 +233,7 @@ class APIContext:
         factory = keepalive_socket_factory(self.keepalive) if self.keepalive else None
         connector = aiohttp.TCPConnector(ssl=ssl_context, limit=0, socket_factory=factory)
         headers = {'User-Agent': 'kopf', 'Accept': 'application/json'}
-        return aiohttp.ClientSession(connector=connector, headers=headers)
+        return aiohttp.ClientSession(connector=connector, headers=headers, trust_env=info.trust_env)
 
     async def close(self) -> None:
         sessions = [self._session] if self._session is not None else []
@@ -325,11 +318,13 @@ class APIContext:
             self._install(info)
             return True
 
-    def _install(self, info: ConnectionInfo) -> None:
-        old = self.info
+    def _install(self, credentials: ConnectionInfo | AiohttpSession) -> None:
+        old, old_provided = self.info, self._provided
+        info = self._accept(credentials)
         tls_fields = ('server', 'ca_path', 'ca_data', 'insecure', 'certificate_path', 'private_key_path',
-                      'certificate_data', 'private_key_data')
-        if self._session is not None and any(getattr(old, f) != getattr(info, f) for f in tls_fields):
+                      'certificate_data', 'private_key_data', 'trust_env')
+        renewed = self._provided is not None and self._provided is not old_provided
+        if self._session is not None and (renewed or any(getattr(old, f) != getattr(info, f) for f in tls_fields)):
             self._retired.append(self._session)  # streams in flight finish on it; closed at exit
             self._session = self._make_session(info)
         self.info = info
@@ -376,7 +371,7 @@ class APIContext:
             try:
                 async with self._request_slots, self.session.request(
                         method, url, data=data, headers={**self.auth_headers(), **extra_headers},
-                        timeout=client_timeout,
+                        timeout=client_timeout, proxy=self.info.proxy_url,
                 ) as response:
                     await check_response(response)
                     text = await response.text()
@@ -461,7 +456,7 @@ class APIContext:
             version = self._version
             try:
                 opening = self.session.request(method, url, headers={**self.auth_headers(), **(headers or {})},
-                                               timeout=client_timeout)
+                                               timeout=client_timeout, proxy=self.info.proxy_url)
                 response = await asyncio.wait_for(opening, timeout=self.timeout)
             except asyncio.TimeoutError:
                 raise

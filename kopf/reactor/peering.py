@@ -759,6 +759,11 @@ async def peering(
                     "priorities rank the replicas of one lease (--peering NAME or --ha).", config.priority)
     settings = resolve(config, namespaces=namespaces, clusterwide=clusterwide,
                        default_namespace=context.info.default_namespace)
+    if getattr(context, 'custom_session', False):
+        raise PeeringError(
+            "The login handlers gave a session of their own (kopf.AiohttpSession), but the Leases of "
+            f"--{settings.mode} are renewed from a thread with a session of its own, made from the credentials. "
+            "Return kopf.ConnectionInfo from the login handlers to run replicas.")
     await _check_access(context, settings)
     gate = Gate()
     cls = _Elector if settings.mode == 'ha' else _Member

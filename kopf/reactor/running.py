@@ -38,7 +38,7 @@ from kopf.reactor import (
 from kopf.reactor.registries import Activity, OperatorRegistry, get_default_registry
 from kopf.storage import cluster
 from kopf.storage.errors import StorageError
-from kopf.structs.credentials import ConnectionInfo
+from kopf.structs.credentials import AiohttpSession, ConnectionInfo
 from kopf.structs.ephemera import Memo
 from kopf.structs.resources import Resource, Selector
 
@@ -278,19 +278,19 @@ async def _login(
         config: OperatorConfig,
         memo: Any,
         indexes: indexing.OperatorIndexes | None = None,
-) -> ConnectionInfo:
+) -> ConnectionInfo | AiohttpSession:
     """Credentials from the login handlers if there are any, else from the environment."""
     results = await activities.run_activity(registry=registry, activity=Activity.LOGIN, config=config,
                                           memo=memo, logger=logger, indexes=indexes)
     for result in results.values():
-        if isinstance(result, ConnectionInfo):
+        if isinstance(result, (ConnectionInfo, AiohttpSession)):
             return result
     if results:
-        raise OperatorError("The login handlers returned no kopf.ConnectionInfo.")
+        raise OperatorError("The login handlers returned no kopf.ConnectionInfo (or kopf.AiohttpSession).")
     return await asyncio.get_running_loop().run_in_executor(None, auth.login_default)
 
 
-def _api_context(info: ConnectionInfo, *, config: OperatorConfig, relogin: auth.Relogin) -> APIContext:
+def _api_context(info: ConnectionInfo | AiohttpSession, *, config: OperatorConfig, relogin: auth.Relogin) -> APIContext:
     """The API session as configured in ``config.networking``; it logs in again with the same login."""
     networking = config.networking
     if networking.max_concurrent_requests < 1:

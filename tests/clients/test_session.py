@@ -1,6 +1,7 @@
 """The API session: TLS, authentication, timeouts, keepalive, retries, 429, and re-authentication."""
 import asyncio
 import base64
+import dataclasses
 import datetime
 import itertools
 import logging
@@ -8,6 +9,7 @@ import socket
 import ssl
 import time
 
+import aiohttp
 import pytest
 
 from kopf.clients import session
@@ -22,7 +24,7 @@ from kopf.clients.errors import (
     LoginError,
 )
 from kopf.clients.session import APIContext, make_ssl_context
-from kopf.structs.credentials import ConnectionInfo
+from kopf.structs.credentials import AiohttpSession, ConnectionInfo
 
 
 def b64(data: bytes) -> str:
@@ -464,3 +466,56 @@ async def test_unusable_certificates_are_a_login_error(tmp_path):
             pass
 
 
+
+
+# --- a login handler's own session (kopf.AiohttpSession) -----------------------------------------
+
+async def test_a_provided_session_is_used_as_it_is_and_closed_with_the_context(aresponses, host, history):
+    aresponses.add(host, '/x', 'GET', {'ok': True})
+    own = aiohttp.ClientSession(headers={'Authorization': 'Custom xyz', 'X-Custom-Header': 'helloworld'})
+    credentials = AiohttpSession(server=f'http://{host}', aiohttp_session=own, default_namespace='ns')
+    async with APIContext(credentials) as context:
+        assert await context.request('GET', '/x') == {'ok': True}
+        assert context.custom_session
+        assert context.info.default_namespace == 'ns'
+    request, = history()
+    assert request.headers['Authorization'] == 'Custom xyz'
+    assert request.headers['X-Custom-Header'] == 'helloworld'
+    assert request.headers['User-Agent'] == 'kopf'  # added, since the session had none
+    assert own.closed  # the framework owns it
+
+
+async def test_a_provided_session_keeps_its_own_user_agent(aresponses, host, history):
+    aresponses.add(host, '/x', 'GET', {})
+    own = aiohttp.ClientSession(headers={'User-Agent': 'my-operator/1.0'})
+    async with APIContext(AiohttpSession(server=f'http://{host}', aiohttp_session=own)) as context:
+        await context.request('GET', '/x')
+    assert history()[0].headers['User-Agent'] == 'my-operator/1.0'
+
+
+async def test_a_relogin_may_provide_a_new_session(aresponses, host, history):
+    aresponses.add(host, '/x', 'GET', unauthorized(aresponses))
+    aresponses.add(host, '/x', 'GET', {'ok': True})
+    first = aiohttp.ClientSession(headers={'Authorization': 'Custom old'})
+    second = aiohttp.ClientSession(headers={'Authorization': 'Custom new'})
+
+    async def relogin():
+        return AiohttpSession(server=f'http://{host}', aiohttp_session=second)
+
+    async with APIContext(AiohttpSession(server=f'http://{host}', aiohttp_session=first),
+                          relogin=relogin) as context:
+        assert await context.request('GET', '/x') == {'ok': True}
+    assert [r.headers['Authorization'] for r in history()] == ['Custom old', 'Custom new']
+    assert first.closed and second.closed
+
+
+async def test_a_provided_non_session_is_a_login_error():
+    with pytest.raises(LoginError, match=r'must be an aiohttp\.ClientSession, got dict'):
+        APIContext(AiohttpSession(server='https://k8s', aiohttp_session={}))
+
+
+async def test_trust_env_reaches_the_session(info):
+    async with APIContext(dataclasses.replace(info, trust_env=True)) as context:
+        assert context.session.trust_env
+    async with APIContext(info) as context:
+        assert not context.session.trust_env

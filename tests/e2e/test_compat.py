@@ -541,6 +541,8 @@ def test_startup_login_settings_and_cleanup_as_in_kopf(kube: KubeAPI, sides: Cal
         obj = kube.get(side.path('o1'))
         assert obj['metadata']['finalizers'] == ['compat.kopf.dev/finalizer']
         assert not any(key.startswith('kopf.zalando.org/') for key in obj['metadata'].get('annotations', {}))
+        # The login handler's own HTTP session made the writes: the server names it by its User-Agent.
+        assert 'compat-operator' in {entry['manager'] for entry in obj['metadata']['managedFields']}
         keys[side.framework] = sorted(obj['metadata']['annotations'])
         kube.delete(side.path('o1'))
     for side in both:

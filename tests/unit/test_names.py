@@ -158,11 +158,8 @@ KOPF_ON_NAMES = {
     'WebhookDecorator': 'alias',
 }
 
-LOGIN = 'the login helpers for other Kubernetes clients (kopf.clients.auth)'
-
 # Names delivered by parallel work, by the feature they belong to.
-PENDING = {
-    'AiohttpSession': LOGIN + ': a custom aiohttp session for the API client',
+PENDING: dict[str, str] = {
 }
 PENDING_ON: dict[str, str] = {
 }

@@ -616,3 +616,13 @@ def test_a_freeze_is_over_by_the_wall_clock_only_after_a_lease_duration_since_it
                                   spec=dataclasses.replace(spec, renewed=leases.now()))
     elector.observations.observe(current, now=200.0)
     assert not elector._free(current, now=200.0 + LEASE)  # not over by its clock either
+
+
+async def test_replicas_need_credentials_not_a_session_of_the_login_handlers():
+    context = PeeringContext('x')
+    context.custom_session = True  # type: ignore[attr-defined]
+    config = PeeringConfig(mode='ha', name='op', identity='me')
+    with pytest.raises(PeeringError, match=r"kopf\.AiohttpSession.* Return kopf\.ConnectionInfo"):
+        async with peering.peering(context=context, config=config, namespaces=['ns'],  # type: ignore
+                                   clusterwide=False, stop=asyncio.Event()):
+            pass

@@ -1,8 +1,9 @@
 import dataclasses
+import ssl
 
 import pytest
 
-from kopf.structs.credentials import ConnectionInfo
+from kopf.structs.credentials import AiohttpSession, ConnectionInfo
 
 
 def test_only_the_server_is_required():
@@ -37,3 +38,32 @@ def test_secrets_are_not_in_repr():
     assert 'admin' in text
     for secret in ['p4ssw0rd', 't0k3n', 'CA-DATA', 'CERT-DATA', 'KEY-DATA']:
         assert secret not in text
+
+
+def test_http_headers_as_kopf_gives_them():
+    assert ConnectionInfo(server='s', token='t').as_http_headers() == {'Authorization': 'Bearer t'}
+    assert ConnectionInfo(server='s', token='t', scheme='Custom').as_http_headers() == {'Authorization': 'Custom t'}
+    assert ConnectionInfo(server='s', username='u', password='p').as_http_headers() == {'Authorization': 'Basic dTpw'}
+    assert ConnectionInfo(server='s').as_http_headers() == {}
+
+
+def test_http_headers_read_the_token_file(tmp_path):
+    path = tmp_path / 'token'
+    path.write_text('from-file\n')
+    info = ConnectionInfo(server='s', token='stale', token_path=str(path))
+    assert info.as_http_headers() == {'Authorization': 'Bearer from-file'}
+    path.unlink()
+    assert info.as_http_headers() == {'Authorization': 'Bearer stale'}
+
+
+def test_an_ssl_context_verifies_unless_insecure():
+    assert ConnectionInfo(server='s').as_ssl_context().verify_mode == ssl.CERT_REQUIRED
+    assert ConnectionInfo(server='s', insecure=True).as_ssl_context().verify_mode == ssl.CERT_NONE
+
+
+def test_a_provided_session_is_kopfs_keyword_only_credentials():
+    with pytest.raises(TypeError):
+        AiohttpSession('https://k8s', object())  # type: ignore[misc]
+    credentials = AiohttpSession(server='https://k8s', aiohttp_session='x', default_namespace='ns')
+    assert (credentials.priority, credentials.expiration, credentials.default_namespace) == (0, None, 'ns')
+    assert 'aiohttp_session' not in repr(credentials)

@@ -1,12 +1,14 @@
 """
 The operator's own start, as a Kopf user writes it: startup handlers that retry and change the settings,
-a login handler, a cleanup handler, and the memo.
+a login handler that gives its own HTTP session (as Kopf documents it), a cleanup handler, and the memo.
 
 Every call is recorded as a JSON line in ``$E2E_CALLS``.
 """
 import json
 import os
 from typing import Any
+
+import aiohttp
 
 import kopf
 
@@ -32,9 +34,15 @@ def configure(settings: kopf.OperatorSettings, retry: int, memo: kopf.Memo, **_:
 
 
 @kopf.on.login()
-def login(**kwargs: Any) -> Any:
+async def login(**kwargs: Any) -> Any:
     record('login', '')
-    return kopf.login_with_kubeconfig(**kwargs)
+    credentials = kopf.login_with_kubeconfig(**kwargs)
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(ssl=credentials.as_ssl_context()),
+        headers={**credentials.as_http_headers(), 'User-Agent': 'compat-operator'},
+    )
+    return kopf.AiohttpSession(aiohttp_session=session, server=credentials.server,
+                               default_namespace=credentials.default_namespace)
 
 
 @kopf.on.cleanup()
