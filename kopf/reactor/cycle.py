@@ -292,7 +292,8 @@ async def handle_object(
     """
     storage = Persistence(progress=config.persistence.progress_storage,
                           diffbase=config.persistence.diffbase_storage,
-                          body=body, extra_fields=registry.get_extra_fields(resource))
+                          body=body, extra_fields=registry.get_extra_fields(resource),
+                          handler_ids=selection.all_ids(registry, resource))
     arguments = Arguments(operator=OperatorArguments(logger=logger, memo=memo, config=config),
                           object=ObjectArguments(body=body, patch=Patch(), resource=resource))
     handled = registry.has_changing_handlers(resource)

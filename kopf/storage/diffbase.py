@@ -148,7 +148,10 @@ def _encode(essence: Essence) -> str:
 def _decode(value: Any, *, where: str, body: Body) -> Essence | None:
     """Parse a stored essence; a corrupt one is reported and treated as absent."""
     try:
-        data = json.loads(value) if isinstance(value, str) else value
+        try:
+            data = json.loads(value) if isinstance(value, str) else value
+        except RecursionError:
+            raise ValueError("not valid JSON (nested too deeply)") from None
         if not isinstance(data, dict):
             raise ValueError(f"expected a JSON object, got {type(data).__name__}")
     except ValueError as e:
@@ -166,7 +169,7 @@ def _same(stored: Any, essence: Essence) -> bool:
         return False
     try:
         return bool(json.loads(stored) == essence)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
 
 
