@@ -269,9 +269,9 @@ def storable(handler: BaseHandler, result: Any) -> Any:
     size = len(json.dumps(value, separators=(',', ':'), ensure_ascii=False).encode('utf-8'))
     if size > MAX_RESULT_SIZE:
         raise ResultError(
-            f"{handler} has returned {_size(size)}, more than the {_size(MAX_RESULT_SIZE)} that a result may "
-            f"have in {where}; it is not stored. Return less (e.g. a summary), and keep large data elsewhere "
-            f"(e.g. in a ConfigMap).")
+            f"{handler} has returned {size:,} bytes of JSON ({_size(size)}), more than the "
+            f"{_size(MAX_RESULT_SIZE)} that a result may have in {where}; it is not stored. Return less "
+            f"(e.g. a summary), and keep large data elsewhere (e.g. in a ConfigMap).")
     return value
 
 
@@ -312,4 +312,4 @@ def _type_name(value: Any) -> str:
 
 
 def _size(size: int) -> str:
-    return f"{size / 1024 / 1024:.1f} MiB" if size >= 1024 * 1024 else f"{size / 1024:.0f} KiB"
+    return f"{size / 1024 / 1024:.1f} MiB" if size >= 1024 * 1024 else f"{size / 1024:.1f} KiB"

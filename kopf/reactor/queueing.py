@@ -18,6 +18,8 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+from kopf.reactor import failures
+
 logger = logging.getLogger('kopf.reactor.queueing')
 
 RawEvent = Mapping[str, Any]
@@ -51,6 +53,16 @@ def object_key(raw_event: RawEvent) -> str:
     return str(meta.get('uid') or f"{meta.get('namespace')}/{meta.get('name')}")
 
 
+def describe(raw_event: RawEvent) -> str:
+    """The object of an event for messages: ``Kind namespace/name (uid)``, as much of it as is known."""
+    obj = raw_event.get('object', {})
+    meta = obj.get('metadata', {})
+    where = f"{meta.get('namespace')}/{meta.get('name')}" if meta.get('namespace') else f"{meta.get('name')}"
+    kind = f"{obj.get('kind')} " if obj.get('kind') else ''
+    uid = f" (uid {meta.get('uid')})" if meta.get('uid') else ''
+    return f"{kind}{where}{uid}"
+
+
 def _resource_version(raw_event: RawEvent) -> str | None:
     rv = raw_event.get('object', {}).get('metadata', {}).get('resourceVersion')
     return str(rv) if rv is not None else None
@@ -71,6 +83,7 @@ async def watch_objects(
     queues: dict[str, asyncio.Queue[RawEvent]] = {}
     workers: dict[str, asyncio.Task[None]] = {}
     limiter = asyncio.Semaphore(settings.worker_limit) if settings.worker_limit else None
+    repeats = failures.RepeatLimiter()
     try:
         async for raw_event in stream:
             key = object_key(raw_event)
@@ -79,7 +92,7 @@ async def watch_objects(
                 workers[key] = asyncio.create_task(
                     _worker(queue=queues[key], processor=processor, settings=settings, limiter=limiter),
                     name=f"kopf worker {key}")
-                workers[key].add_done_callback(_make_cleanup(key, queues, workers))
+                workers[key].add_done_callback(_make_cleanup(key, queues, workers, describe(raw_event), repeats))
             await queues[key].put(raw_event)
     finally:
         await _stop_workers(workers, timeout=settings.exit_timeout)
@@ -89,13 +102,19 @@ def _make_cleanup(
         key: str,
         queues: dict[str, asyncio.Queue[RawEvent]],
         workers: dict[str, asyncio.Task[None]],
+        what: str,
+        repeats: failures.RepeatLimiter,
 ) -> Callable[[asyncio.Task[None]], None]:
     def cleanup(task: asyncio.Task[None]) -> None:
         if workers.get(key) is task:
             del workers[key]
             del queues[key]
-        if not task.cancelled() and task.exception() is not None:
-            logger.error("The worker for %s has failed.", key, exc_info=task.exception())
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            suppressed = repeats.admit((key, *failures.signature(error)))
+            if suppressed is not None:
+                logger.error("The worker for %s has failed: %s: %s. Its next event starts a new one.%s",
+                             what, type(error).__name__, error, failures.repeated(suppressed), exc_info=error)
     return cleanup
 
 
