@@ -322,6 +322,9 @@ def _registry(registry: OperatorRegistry | None) -> OperatorRegistry:
 
 
 def _check_policy(*, retries: int | None, timeout: float | None, backoff: float | None) -> None:
+    for option, value in (('retries', retries), ('timeout', timeout), ('backoff', backoff)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise TypeError(f"{option}= must be a number, got {type(value).__name__}: {value!r}.")
     if retries is not None and retries < 1:
         raise ValueError(f"retries= is the number of attempts and must be at least 1, got {retries}.")
     if timeout is not None and timeout < 0:
@@ -375,7 +378,7 @@ def _changing(
     def decorator(fn: F) -> F:
         base = id if id is not None else default_id(fn)
         handler = ChangingHandler(
-            fn=fn, id=field_id(base, field) if field else HandlerId(base), reason=reason, field=field,
+            fn=fn, id=field_id(base, field, fn) if field else HandlerId(base), reason=reason, field=field,
             optional=optional, errors=errors, timeout=timeout, retries=retries, backoff=backoff,
             labels=labels, annotations=annotations, when=when, param=param)
         _registry(registry).register_changing_handler(selector, handler)

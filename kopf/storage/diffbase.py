@@ -280,6 +280,10 @@ def _status_path(value: dicts.FieldSpec, *, name: str) -> dicts.FieldPath:
     if not path:
         raise ValueError("The status field for the diff-base must not be empty "
                          "(e.g. 'status.my-op.last-handled-configuration').")
+    if path[0] != 'status' or len(path) < 2:
+        # Anywhere else, the essence would overwrite the object's own fields (or be part of the essence itself).
+        raise ValueError(f"The status field for the diff-base must be a field under 'status' "
+                         f"(e.g. 'status.my-op.last-handled-configuration'), not {dicts.format_field(path)!r}.")
     return path
 
 
