@@ -159,12 +159,12 @@ async def _serve(
         stopper = asyncio.create_task(_relay_stop_flag(stop_flag, stop)) if stop_flag is not None else None
         try:
             await activities.run_activity(registry=registry, activity=Activity.STARTUP, config=config,
-                                        memo=memo, logger=logger)
+                                        memo=memo, logger=logger, stop=stop)
             config.persistence.freeze()
             try:
                 async with contextlib.AsyncExitStack() as stack:
                     await stack.enter_async_context(_storages(config))
-                    info = await _login(registry=registry, config=config, memo=memo)
+                    info = await _login(registry=registry, config=config, memo=memo, stop=stop)
                     relogin = functools.partial(_login, registry=registry, config=config, memo=memo)
                     context = await stack.enter_async_context(_api_context(info, config=config, relogin=relogin))
                     resources = await _resolve(context, registry.selectors)
@@ -177,6 +177,8 @@ async def _serve(
                                      stop=stop, ready_flag=ready_flag, health=health)
             except serving.AdmissionSetupError as e:
                 raise OperatorError(str(e)) from e
+        except activities.ActivityInterrupted as e:
+            logger.info("%s", e)
         finally:
             health.stopping()
             if stopper is not None:
@@ -200,10 +202,16 @@ async def _storages(config: OperatorConfig) -> AsyncIterator[None]:
         yield
 
 
-async def _login(*, registry: OperatorRegistry, config: OperatorConfig, memo: Any) -> ConnectionInfo:
+async def _login(
+        *,
+        registry: OperatorRegistry,
+        config: OperatorConfig,
+        memo: Any,
+        stop: asyncio.Event | None = None,
+) -> ConnectionInfo:
     """Credentials from the login handlers if there are any, else from the environment."""
     results = await activities.run_activity(registry=registry, activity=Activity.LOGIN, config=config,
-                                          memo=memo, logger=logger)
+                                          memo=memo, logger=logger, stop=stop)
     for result in results.values():
         if isinstance(result, ConnectionInfo):
             return result
