@@ -69,7 +69,7 @@ FAILURE_DELAY = 60.0
 # A patch with handlers' results or changes larger than this is not sent with them (etcd keeps ~1.5 MiB per object).
 MAX_PATCH_SIZE = 1024 * 1024
 # How much of the server's explanation of a refusal is logged (some quote the whole object).
-MAX_EXPLANATION = 300
+MAX_EXPLANATION = 500
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,7 +209,7 @@ async def _send(
             conflicted = True
             continue
         except (APIUnauthorizedError, APITooManyRequestsError) as e:
-            logger.error("%s%s", f"{rejection} " if rejection else '', _unsendable(e, watch))
+            _give_up(watch, body, e, logger, f"{rejection} " if rejection else '', _unsendable(e, watch))
             return ProcessingOutcome(delay=REJECTED_PATCH_DELAY)
         except APIError as e:
             if isinstance(e, APIServerError) and not _too_large(e):
@@ -225,8 +225,8 @@ async def _send(
                     return ProcessingOutcome(delay=delay)
                 patch, essential, attempt = essential, None, 0
                 continue
-            logger.error("%s%s Retrying the handling in %ss.",
-                         f"{rejection} " if rejection else '', _unpatchable(e, watch), REJECTED_PATCH_DELAY)
+            _give_up(watch, body, e, logger, f"{rejection} " if rejection else '', _unpatchable(e, watch),
+                     f" Retrying the handling in {REJECTED_PATCH_DELAY:g}s.")
             return ProcessingOutcome(delay=REJECTED_PATCH_DELAY)
         except (APIConnectionError, aiohttp.ClientError, asyncio.TimeoutError) as e:
             logger.warning("Failed to patch the object (attempt %d of %d): %s", attempt, PATCH_ATTEMPTS, e)
@@ -241,6 +241,16 @@ async def _send(
     logger.error("%sFailed to patch the object %d times; retrying the handling in %ss.",
                  f"{rejection} " if rejection else "", PATCH_ATTEMPTS, REJECTED_PATCH_DELAY)
     return ProcessingOutcome(delay=REJECTED_PATCH_DELAY)
+
+
+def _give_up(watch: ResourceWatch, body: Body, error: APIError, logger: ObjectLogger, *parts: str) -> None:
+    """Report a patch that cannot be sent for now; the same refusal of the same object only now and then."""
+    key = (body.metadata.uid or body.describe(), 'refused', type(error).__name__, error.status)
+    suppressed = watch.repeats.admit(key)
+    if suppressed is None:
+        logger.debug("The patch is refused again: %s", error)
+    else:
+        logger.error("%s%s", ''.join(parts), failures.repeated(suppressed))
 
 
 def _refusal(error: APIError) -> str:

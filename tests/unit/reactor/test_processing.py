@@ -415,3 +415,12 @@ async def test_a_first_sight_that_failed_is_still_the_first_sight(monkeypatch, w
     await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
     await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
     assert seen == [True, True, False]
+
+
+async def test_a_refusal_of_the_same_object_is_not_repeated_in_the_log(aresponses, host, watch, result, caplog):
+    result(PROGRESS)
+    for _ in range(3):
+        aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=403, text=status(403, 'Forbidden', 'no')))
+        outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
+        assert outcome.delay == processing.REJECTED_PATCH_DELAY
+    assert len(errors_in(caplog)) == 1
