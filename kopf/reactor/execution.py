@@ -214,7 +214,7 @@ def _text(e: BaseException) -> str:
 def _report(logger: Logger, handler: BaseHandler, e: Exception, consequence: str) -> None:
     """A handler's unexpected exception, with its traceback -- unless the framework explains it itself."""
     if isinstance(e, ResultError):
-        logger.error("%s failed: %s %s", handler, e, consequence[:1].upper() + consequence[1:])
+        logger.error("%s %s", e, consequence[:1].upper() + consequence[1:])  # the message names the handler
     else:
         logger.exception("%s failed with an exception; %s", handler, consequence)
 
@@ -303,7 +303,7 @@ def _plain(value: Any, *, path: str, depth: int) -> Any:
         return result
     if isinstance(value, (list, tuple)):
         return [_plain(item, path=f"{path}[{index}]", depth=depth + 1) for index, item in enumerate(value)]
-    raise _Unstorable(f"a {_type_name(value)}", path)
+    raise _Unstorable(f"a value of type {_type_name(value)}", path)
 
 
 def _type_name(value: Any) -> str:

@@ -296,12 +296,12 @@ class Custom:
 
 
 @pytest.mark.parametrize('result, named', [
-    ({1, 2}, "a set"),
-    (datetime.datetime(2020, 1, 1), "a datetime.datetime"),
-    ({'items': [1, Custom()]}, "a tests.unit.reactor.test_execution.Custom at ['items'][1]"),
+    ({1, 2}, "a value of type set"),
+    (datetime.datetime(2020, 1, 1), "a value of type datetime.datetime"),
+    ({"items": [1, Custom()]}, "a value of type tests.unit.reactor.test_execution.Custom at ['items'][1]"),
     ({'x': float('nan')}, "nan is not a JSON number at ['x']"),
     ({('a', 'b'): 1}, "a key of type tuple"),
-    (b'bytes', "a bytes"),
+    (b"bytes", "a value of type bytes"),
 ])
 @pytest.mark.parametrize('mode, final, delay', [
     (ErrorsMode.TEMPORARY, False, DEFAULT_BACKOFF),
