@@ -28,6 +28,8 @@ from tests.e2e.users import user_kubeconfig
 
 PREFIX = 'kopf.zalando.org'
 LAST_HANDLED = f'{PREFIX}/last-handled-configuration'
+# The examples' resource as the docs' Role has it, under names of its own: other tests define kopfexamples.
+GROUP, PLURAL, KIND = 'rbac.e2e.kopf.dev', 'rbacexamples', 'RbacExample'
 
 
 def concluded(kube: KubeAPI, path: str) -> dict[str, Any] | None:
@@ -76,7 +78,7 @@ def test_corrupt_records_cost_one_warning_each_and_nothing_else(kube, namespace,
 # RBAC: the operator as a user bound only to the documented Role.
 
 def documented_role(namespace: str, user: str, *, drop: tuple[str, str] | None = None) -> list[dict[str, Any]]:
-    """The Role and RoleBinding of docs/install.rst, for this namespace and user; ``drop`` removes a verb."""
+    """The Role and RoleBinding of docs/install.rst, for this namespace, user and resource; ``drop`` removes a verb."""
     text = (REPO / 'docs' / 'install.rst').read_text()
     section = text[text.index('Permissions (RBAC)'):]
     block = section[section.index('.. code-block:: yaml') + len('.. code-block:: yaml'):]
@@ -90,6 +92,10 @@ def documented_role(namespace: str, user: str, *, drop: tuple[str, str] | None =
     for document in (role, binding):
         document['metadata']['namespace'] = namespace
     binding['subjects'] = [{'kind': 'User', 'name': user, 'apiGroup': 'rbac.authorization.k8s.io'}]
+    for rule in role['rules']:
+        rule['apiGroups'] = [GROUP if group == 'kopf.dev' else group for group in rule['apiGroups']]
+        rule['resources'] = [resource.replace('kopfexamples', PLURAL) for resource in rule['resources']]
+    assert {PLURAL, f'{PLURAL}/status', 'events'} <= {r for rule in role['rules'] for r in rule['resources']}
     if drop is not None:
         resource, verb = drop
         for rule in role['rules']:
@@ -99,12 +105,17 @@ def documented_role(namespace: str, user: str, *, drop: tuple[str, str] | None =
 
 
 @pytest.fixture(scope='module')
-def kopfexamples(kube: KubeAPI) -> None:
-    kube.apply_crd(yaml.safe_load((REPO / 'examples' / 'crd.yaml').read_text()))
+def rbacexamples(kube: KubeAPI) -> None:
+    """The examples' CRD (with the status subresource), renamed."""
+    crd = yaml.safe_load((REPO / 'examples' / 'crd.yaml').read_text())
+    crd['metadata']['name'] = f'{PLURAL}.{GROUP}'
+    crd['spec']['group'] = GROUP
+    crd['spec']['names'] = {'plural': PLURAL, 'singular': KIND.lower(), 'kind': KIND}
+    kube.apply_crd(crd)
 
 
 @pytest.fixture()
-def as_user(kube, control_plane, namespace, tmp_path, kopfexamples):
+def as_user(kube, control_plane, namespace, tmp_path, rbacexamples):
     """Bind the documented Role (maybe lacking a verb) to a fresh user; its kubeconfig."""
     def bind(drop: tuple[str, str] | None = None) -> Path:
         user = f'kopf-operator-{namespace[-6:]}'
@@ -117,8 +128,8 @@ def as_user(kube, control_plane, namespace, tmp_path, kopfexamples):
 
 
 def create_example(kube: KubeAPI, namespace: str) -> str:
-    collection = f'/apis/kopf.dev/v1/namespaces/{namespace}/kopfexamples'
-    kube.create(collection, {'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample', 'metadata': {'name': 'ex'},
+    collection = f'/apis/{GROUP}/v1/namespaces/{namespace}/{PLURAL}'
+    kube.create(collection, {'apiVersion': f'{GROUP}/v1', 'kind': KIND, 'metadata': {'name': 'ex'},
                              'spec': {'field': 'value'}})
     return f'{collection}/ex'
 
@@ -128,7 +139,7 @@ def test_the_documented_role_is_all_an_operator_needs(kube, namespace, operators
     with pytest.raises(KubeAPIError):  # the user is not an admin: it cannot even list ConfigMaps
         user_request(kube, kubeconfig, f'/api/v1/namespaces/{namespace}/configmaps')
     calls = tmp_path / 'calls.jsonl'
-    operator = operators('tracing.py', kubeconfig=kubeconfig, E2E_RESOURCE='kopfexamples.kopf.dev',
+    operator = operators('tracing.py', kubeconfig=kubeconfig, E2E_RESOURCE=f'{PLURAL}.{GROUP}',
                          E2E_CALLS=str(calls), E2E_SECOND_FAILS='0')
     path = create_example(kube, namespace)
 
@@ -143,26 +154,26 @@ def test_the_documented_role_is_all_an_operator_needs(kube, namespace, operators
 
 
 def test_a_missing_patch_permission_is_one_clear_line(kube, namespace, operators, tmp_path, as_user):
-    kubeconfig = as_user(drop=('kopfexamples', 'patch'))
-    operator = operators('tracing.py', kubeconfig=kubeconfig, E2E_RESOURCE='kopfexamples.kopf.dev',
+    kubeconfig = as_user(drop=(PLURAL, 'patch'))
+    operator = operators('tracing.py', kubeconfig=kubeconfig, E2E_RESOURCE=f'{PLURAL}.{GROUP}',
                          E2E_CALLS=str(tmp_path / 'calls.jsonl'))
     create_example(kube, namespace)
-    operator.wait_for_output('The operator may not patch kopfexamples')
+    operator.wait_for_output(f'The operator may not patch {PLURAL}')
     [line] = [line for line in operator.output.splitlines() if 'may not patch' in line]
-    assert 'cannot patch resource "kopfexamples" in API group "kopf.dev"' in line
-    assert "Grant it the 'patch' verb on kopfexamples (and on kopfexamples/status)" in line
+    assert f'cannot patch resource "{PLURAL}" in API group "{GROUP}"' in line
+    assert f"Grant it the 'patch' verb on {PLURAL} (and on {PLURAL}/status)" in line
     assert 'Traceback' not in operator.output
     assert operator.stop() == 0
 
 
 def test_a_missing_list_permission_stops_the_operator_with_one_line(namespace, operators, tmp_path, as_user):
-    kubeconfig = as_user(drop=('kopfexamples', 'list'))
-    operator = operators('tracing.py', kubeconfig=kubeconfig, E2E_RESOURCE='kopfexamples.kopf.dev',
+    kubeconfig = as_user(drop=(PLURAL, 'list'))
+    operator = operators('tracing.py', kubeconfig=kubeconfig, E2E_RESOURCE=f'{PLURAL}.{GROUP}',
                          E2E_CALLS=str(tmp_path / 'calls.jsonl'))
     assert operator.process.wait(timeout=30) == 1
     errors = [line for line in operator.output.splitlines() if line.startswith('Error:')]
     assert len(errors) == 1, operator.output
-    assert 'cannot list resource "kopfexamples" in API group "kopf.dev"' in errors[0]
+    assert f'cannot list resource "{PLURAL}" in API group "{GROUP}"' in errors[0]
     assert 'Traceback' not in operator.output
 
 
