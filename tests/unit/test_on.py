@@ -283,10 +283,21 @@ def test_decorator_type_names_describe_the_decorators():
 
 @pytest.mark.parametrize('decorator', [
     lambda **kw: kopf.on.create('kopfexamples', **kw),
+    lambda **kw: kopf.on.update('kopfexamples', field='spec.x', **kw),
     lambda **kw: kopf.on.field('kopfexamples', field='spec.x', **kw),
     lambda **kw: kopf.on.event('kopfexamples', **kw),
+    lambda **kw: kopf.on.event('kopfexamples', field='spec.x', **kw),
     lambda **kw: kopf.on.startup(**kw),
-], ids=['create', 'field', 'event', 'startup'])
+    lambda **kw: kopf.on.login(**kw),
+    lambda **kw: kopf.on.cleanup(**kw),
+    lambda **kw: kopf.on.probe(**kw),
+    lambda **kw: kopf.daemon('kopfexamples', **kw),
+    lambda **kw: kopf.timer('kopfexamples', interval=1, **kw),
+    lambda **kw: kopf.index('kopfexamples', **kw),
+    lambda **kw: kopf.on.validate('kopfexamples', **kw),
+    lambda **kw: kopf.on.mutate('kopfexamples', field='spec.x', **kw),
+], ids=['create', 'update-field', 'field', 'event', 'event-field', 'startup', 'login', 'cleanup', 'probe',
+        'daemon', 'timer', 'index', 'validate', 'mutate-field'])
 @pytest.mark.parametrize('id, error, message', [
     (123, TypeError, r"A handler's id= must be a string, got int: 123 \(for tests\.unit\.test_on\.fn\)"),
     ('', ValueError, r"A handler's id= must not be empty, got '' \(for tests\.unit\.test_on\.fn\)"),
@@ -296,6 +307,8 @@ def test_invalid_ids_are_refused_at_registration_naming_the_function(registry, d
     with pytest.raises(error, match=message):
         decorator(id=id, registry=registry)(fn)
     assert not registry.selectors
+    assert not registry.admission_selectors
+    assert not any(registry.get_activity_handlers(activity) for activity in Activity)
 
 
 @pytest.mark.parametrize('options, error, message', [
@@ -303,9 +316,16 @@ def test_invalid_ids_are_refused_at_registration_naming_the_function(registry, d
     ({'timeout': [1]}, TypeError, r"timeout= must be a number"),
     ({'errors': 'bogus'}, ValueError, r"errors= must be a kopf.ErrorsMode .* got 'bogus'"),
 ])
-def test_invalid_options_are_refused_at_registration(registry, options, error, message):
+@pytest.mark.parametrize('decorator', [
+    lambda **kw: kopf.on.create('kopfexamples', **kw),
+    lambda **kw: kopf.on.startup(**kw),
+    lambda **kw: kopf.daemon('kopfexamples', **kw),
+    lambda **kw: kopf.timer('kopfexamples', interval=1, **kw),
+    lambda **kw: kopf.index('kopfexamples', **kw),
+], ids=['create', 'startup', 'daemon', 'timer', 'index'])
+def test_invalid_options_are_refused_at_registration(registry, decorator, options, error, message):
     with pytest.raises(error, match=message):
-        kopf.on.create('kopfexamples', registry=registry, **options)(fn)
+        decorator(registry=registry, **options)(fn)
 
 
 def test_errors_modes_given_by_name_are_taken(registry):
