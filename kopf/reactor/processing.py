@@ -12,7 +12,9 @@ that no progress is lost:
   large, forbidden (403) for one of its parts, any other 4xx -- is re-sent
   without the handlers' results and changes, the progress alone, and the
   refused part is reported once; a patch that is too large is not even sent
-  with them;
+  with them (that is checked after the cycle has fitted the annotations
+  into Kubernetes' budget, :mod:`~kopf.storage.budget`: what the budget has
+  left out is reported there, and not named again here);
 * credentials refused also after logging in again (401), and a server that
   keeps throttling the operator (429) after the client has waited as often
   as it was asked, end the cycle with one line; the handling is retried

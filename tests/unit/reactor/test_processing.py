@@ -440,3 +440,74 @@ async def test_a_refusal_of_the_same_object_is_not_repeated_in_the_log(aresponse
         outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
         assert outcome.delay == processing.REJECTED_PATCH_DELAY
     assert len(errors_in(caplog)) == 1
+
+
+def concluding(sent):
+    """A PATCH handler that remembers where each part went, and answers with the object as patched."""
+    async def handler(request):
+        body = await request.json()
+        sent.append((request.path, body))
+        meta = raw('5')['metadata']
+        return web.json_response({**raw('5'), **body, 'metadata': {
+            **meta, 'annotations': {**meta['annotations'], **body.get('metadata', {}).get('annotations', {})}}})
+    return handler
+
+
+def annotation_budget_registry(annotation_size, *, spec_size=0, result='ok'):
+    registry = OperatorRegistry()
+
+    @kopf.on.create('kopfexamples', id='create_fn', registry=registry)
+    def create_fn(patch, **_):
+        patch.metadata.annotations['example.com/big'] = 'a' * annotation_size
+        if spec_size:
+            patch.spec['big'] = 'b' * spec_size
+        return result
+
+    return registry
+
+
+async def test_the_annotation_budget_decides_first_then_the_size_limit_refuses_only_what_is_still_too_large(
+        aresponses, host, context, caplog):
+    # 300 KB of annotations do not fit into the 256 KiB budget; without them, the rest is still over 1 MiB.
+    registry = annotation_budget_registry(300_000, spec_size=600_000, result='r' * 500_000)
+    watch = processing.ResourceWatch(context=context, resource=RESOURCE, selector=Selector.from_args('kopfexamples'),
+                                     registry=registry, config=OperatorConfig(), memo=None)
+    sent = []
+    aresponses.add(host, PATH, 'PATCH', concluding(sent))
+    outcome = await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
+
+    # The handler's progress (here: the cause concluded with the diff-base) lands, alone.
+    [(path, body)] = sent
+    assert path == PATH
+    assert set(body['metadata']['annotations']) == {'kopf.zalando.org/last-handled-configuration'}
+    assert 'spec' not in body and 'status' not in body
+    assert outcome.resource_version == '5'
+
+    # Each limit reports what it left out, and nothing twice.
+    budget_error, size_error = [r.getMessage() for r in errors_in(caplog)]
+    assert "would take" in budget_error and "over Kubernetes' limit of 262144 bytes" in budget_error
+    assert "the handlers' annotations were not stored: example.com/big" in budget_error
+    assert size_error.startswith("The patch is too large to be sent (")
+    assert "at most 1,048,576). Not stored: status.create_fn, spec.big. " in size_error
+    assert size_error.endswith("The handlers' progress is stored without it; they are not run again.")
+    assert 'example.com/big' not in size_error
+
+
+async def test_what_the_annotation_budget_leaves_out_does_not_make_the_patch_too_large(
+        aresponses, host, context, caplog):
+    # 1.1 MB in one annotation: the budget leaves it out, so the rest of the patch fits and is sent.
+    registry = annotation_budget_registry(1_100_000)
+    watch = processing.ResourceWatch(context=context, resource=RESOURCE, selector=Selector.from_args('kopfexamples'),
+                                     registry=registry, config=OperatorConfig(), memo=None)
+    sent = []
+    aresponses.add(host, PATH, 'PATCH', concluding(sent))
+    aresponses.add(host, f'{PATH}/status', 'PATCH', concluding(sent))
+    await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
+
+    [(main_path, main), (status_path, status_part)] = sent
+    assert main_path == PATH and status_path == f'{PATH}/status'
+    assert set(main['metadata']['annotations']) == {'kopf.zalando.org/last-handled-configuration'}
+    assert status_part == {'status': {'create_fn': 'ok'}}  # the result is stored
+    [budget_error] = [r.getMessage() for r in errors_in(caplog)]
+    assert "the handlers' annotations were not stored: example.com/big" in budget_error
+    assert 'too large to be sent' not in caplog.text
