@@ -24,7 +24,6 @@ import yaml
 
 from tests.e2e.harness import REPO, handlers_called
 from tests.e2e.kubeapi import KubeAPI, KubeAPIError
-from tests.e2e.users import user_kubeconfig
 
 PREFIX = 'kopf.zalando.org'
 LAST_HANDLED = f'{PREFIX}/last-handled-configuration'
@@ -115,7 +114,7 @@ def rbacexamples(kube: KubeAPI) -> None:
 
 
 @pytest.fixture()
-def as_user(kube, control_plane, namespace, tmp_path, rbacexamples):
+def as_user(kube, user_kubeconfig, namespace, rbacexamples):
     """Bind the documented Role (maybe lacking a verb) to a fresh user; its kubeconfig."""
     def bind(drop: tuple[str, str] | None = None) -> Path:
         user = f'kopf-operator-{namespace[-6:]}'
@@ -123,7 +122,7 @@ def as_user(kube, control_plane, namespace, tmp_path, rbacexamples):
         base = f'/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}'
         kube.create(f'{base}/roles', role)
         kube.create(f'{base}/rolebindings', binding)
-        return user_kubeconfig(control_plane, user, tmp_path / 'user')
+        return user_kubeconfig(user)
     return bind
 
 
@@ -178,16 +177,13 @@ def test_a_missing_list_permission_stops_the_operator_with_one_line(namespace, o
 
 
 def user_request(kube: KubeAPI, kubeconfig: Path, path: str) -> Any:
-    """A request as the user of this kubeconfig (its certificate next to it)."""
-    context = ssl.create_default_context(cafile=str(kube_ca(kubeconfig)))
-    user = kubeconfig.stem
-    context.load_cert_chain(str(kubeconfig.parent / f'{user}.crt'), str(kubeconfig.parent / f'{user}.key'))
+    """A request as the user of this kubeconfig, with the client certificate it names."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    user = config['users'][0]['user']
+    context = ssl.create_default_context(cafile=config['clusters'][0]['cluster']['certificate-authority'])
+    context.load_cert_chain(user['client-certificate'], user['client-key'])
     try:
         with urllib.request.urlopen(f'{kube.server}{path}', context=context, timeout=10) as response:
             return json.loads(response.read())
     except urllib.error.HTTPError as e:
         raise KubeAPIError(e.code, e.read().decode()) from None
-
-
-def kube_ca(kubeconfig: Path) -> str:
-    return yaml.safe_load(kubeconfig.read_text())['clusters'][0]['cluster']['certificate-authority']
