@@ -171,7 +171,10 @@ def encode_essence(essence: Essence) -> str:
 def decode_essence(value: Any, *, where: str, body: Body) -> Essence | None:
     """Parse a stored essence; a corrupt one is reported and treated as absent."""
     try:
-        data = json.loads(value) if isinstance(value, str) else value
+        try:
+            data = json.loads(value) if isinstance(value, str) else value
+        except RecursionError:
+            raise ValueError("not valid JSON (nested too deeply)") from None
         if not isinstance(data, dict):
             raise ValueError(f"expected a JSON object, got {type(data).__name__}")
     except ValueError as e:
@@ -189,7 +192,7 @@ def _same(stored: Any, essence: Essence) -> bool:
         return False
     try:
         return bool(json.loads(stored) == essence)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
 
 
@@ -302,6 +305,10 @@ def _status_path(value: dicts.FieldSpec, *, name: str) -> dicts.FieldPath:
     if not path:
         raise ValueError("The status field for the diff-base must not be empty "
                          "(e.g. 'status.my-op.last-handled-configuration').")
+    if path[0] != 'status' or len(path) < 2:
+        # Anywhere else, the essence would overwrite the object's own fields (or be part of the essence itself).
+        raise ValueError(f"The status field for the diff-base must be a field under 'status' "
+                         f"(e.g. 'status.my-op.last-handled-configuration'), not {dicts.format_field(path)!r}.")
     return path
 
 

@@ -372,6 +372,10 @@ def _status_path(value: dicts.FieldSpec, *, name: str, what: str) -> dicts.Field
     path = dicts.parse_field(value.format(name=name) if isinstance(value, str) else value)
     if not path:
         raise ValueError(f"The status field for the {what} must not be empty (e.g. 'status.my-op.progress').")
+    if path[0] != 'status' or len(path) < 2:
+        # Anywhere else, the records would overwrite the object's own fields (and count as its changes).
+        raise ValueError(f"The status field for the {what} must be a field under 'status' "
+                         f"(e.g. 'status.my-op.progress'), not {dicts.format_field(path)!r}.")
     return path
 
 
