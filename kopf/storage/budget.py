@@ -113,6 +113,9 @@ def fit(
             del _changes_of(work)[key]
         if foreign:
             actions.append(f"the handlers' annotations were not stored: {', '.join(foreign)}")
+            # Reported here: not to be named again among what a refusal of the rest has not stored.
+            dropped = {f"metadata.annotations.{key}" for key in foreign}
+            extras = tuple(extra for extra in extras if extra not in dropped)
     if not _fits(body, work):
         _postpone_conclusion(work, names=names, actions=actions)
     if not _fits(body, work):
