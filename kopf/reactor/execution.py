@@ -123,8 +123,10 @@ async def attempt(
         if mode == ErrorsMode.PERMANENT:
             _report(logger, handler, e, "it will not be retried.")
             return HandlerOutcome(final=True, exception=e)
-        _report(logger, handler, e, "it will be retried.")
-        outcome = HandlerOutcome(final=False, delay=backoff(handler, logger=logger), exception=e)
+        delay = backoff(handler, logger=logger)
+        final = _exhausted(handler, past, attempts=past.retries + 1, delay=delay, last=_text(e)) is not None
+        _report(logger, handler, e, "it will not be retried." if final else f"it will be retried in {delay:g}s.")
+        outcome = HandlerOutcome(final=False, delay=delay, exception=e)
     else:
         logger.info("%s succeeded.", handler)
         return HandlerOutcome(final=True, result=result)

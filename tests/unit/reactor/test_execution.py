@@ -106,6 +106,16 @@ async def test_a_retry_that_would_exceed_the_retries_is_not_waited_for(clock):
     assert 'again' in str(outcome.exception)
 
 
+async def test_the_log_says_whether_an_exception_will_be_retried(clock, caplog):
+    with caplog.at_level(logging.ERROR, logger='test-execution'):
+        await outcome_of(raising(ValueError('boom')), clock=clock, backoff=5)
+        await outcome_of(raising(ValueError('boom')), clock=clock, retries=1)
+    messages = [record.getMessage() for record in caplog.records]
+    assert messages[0] == "Handler 'h' failed with an exception; it will be retried in 5s."
+    assert messages[1] == "Handler 'h' failed with an exception; it will not be retried."  # not "retried", then not
+    assert messages[2].startswith("Handler 'h' has used up its 1 attempt(s).")
+
+
 async def test_a_retry_that_would_come_after_the_timeout_is_not_waited_for(clock):
     outcome = await outcome_of(raising(TemporaryError('later', delay=100)), clock=clock, timeout=30)
     assert outcome.final and isinstance(outcome.exception, HandlerTimeoutError)
