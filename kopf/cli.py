@@ -182,7 +182,8 @@ def run(
                 standalone=standalone or (dev and not coordinated),
                 ha=ha,
                 shards=shards,
-                peering_name=lease_name if lease_name is not None else peering.default_name([*paths, *modules]),
+                peering_name=(lease_name if lease_name is not None else peering.default_name([*paths, *modules]))
+                if coordinated else None,
                 peering_namespace=lease_namespace,
                 identity=identity,
                 priority=priority,

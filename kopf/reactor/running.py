@@ -156,6 +156,8 @@ def _configure_peering(
                             "a standalone operator does not coordinate, HA and shards coordinate differently.")
     if chosen:
         config.peering.mode = chosen[0]
+    elif name is not None and config.peering.mode == 'standalone':
+        config.peering.mode = 'ha'  # as in Kopf: a peering name alone means replicas of which one handles
     for field, value in [('name', name), ('namespace', namespace), ('identity', identity), ('priority', priority)]:
         if value is not None:
             setattr(config.peering, field, value)

@@ -174,6 +174,12 @@ def test_priorities_and_dev_mode_reach_the_replicas(invoke, runs, operator_file,
 def test_dev_mode_alone_is_standalone(invoke, runs, operator_file):
     assert invoke('run', operator_file, '--dev').exit_code == 0
     assert runs[-1]['standalone'] is True and runs[-1]['ha'] is False and runs[-1]['priority'] is None
+    assert runs[-1]['peering_name'] is None  # no Lease: a name would mean HA replicas, as in Kopf
+
+
+def test_a_lease_name_alone_keeps_the_operator_standalone(invoke, runs, operator_file):
+    assert invoke('run', operator_file, '--lease-name', 'x').exit_code == 0
+    assert runs[-1]['peering_name'] is None and not runs[-1]['ha'] and not runs[-1]['shards']
 
 
 @pytest.mark.parametrize('args, message', [

@@ -222,6 +222,19 @@ async def test_peering_arguments_go_into_the_config_before_startup(monkeypatch):
     assert seen == [('shards', 'op', 'ns', 'me')]
 
 
+@pytest.mark.parametrize('name, flags, mode', [
+    ('op', {}, 'ha'),  # as in Kopf: a peering name alone means coordinated replicas
+    ('op', {'standalone': True}, 'standalone'),
+    ('op', {'shards': True}, 'shards'),
+    (None, {}, 'standalone'),
+])
+def test_a_peering_name_alone_means_ha_replicas_as_in_kopf(name, flags, mode):
+    config = OperatorConfig()
+    running._configure_peering(config, **{'standalone': False, 'ha': False, 'shards': False, **flags}, name=name,
+                               namespace=None, identity=None, priority=5)
+    assert (config.peering.mode, config.peering.priority) == (mode, 5)
+
+
 async def test_conflicting_peering_arguments_stop_the_operator_at_once():
     with pytest.raises(running.OperatorError, match='standalone and ha'):
         await running.operator(registry=OperatorRegistry(), standalone=True, ha=True)
