@@ -300,7 +300,7 @@ ACTIONS: Mapping[Reason, Action] = {
     Reason.DELETE: _handle_changes,
 }
 
-# How Kopf's logs name the causes (at DEBUG, with the object's body).
+# How Kopf's logs name the causes (at DEBUG; Kopf adds the object's whole body, which is costly).
 _IN_PROGRESS: Mapping[Reason, str] = {
     Reason.CREATE: 'Creation',
     Reason.UPDATE: 'Updating',
@@ -364,7 +364,7 @@ async def handle_object(
     if cause.reason != Reason.GONE and (handled or cause.reason == Reason.DELETE):
         logger.debug("Handling cycle for %s: %s.", body.describe(), cause.reason.value)
         if cause.reason in _IN_PROGRESS:  # Kopf's words, which tests written for Kopf look for in the logs
-            logger.debug("%s is in progress: %r", _IN_PROGRESS[cause.reason], body.raw)
+            logger.debug("%s is in progress: %s.", _IN_PROGRESS[cause.reason], body.describe())
     if cause.essences is not None:
         arguments = arguments.with_cause(CauseArguments(reason=cause.reason, old=cause.old, new=cause.new,
                                                         diff=cause.diff))

@@ -671,7 +671,7 @@ async def test_the_cause_in_progress_and_event_handlers_are_logged_in_kopfs_word
     messages = [record.getMessage() for record in caplog.records if record.name == 'test-object']
     in_progress = [message for message in messages if 'is in progress:' in message]
     assert len(in_progress) == 1
-    assert in_progress[0].startswith("Creation is in progress: {")  # the object's body follows, as in Kopf
+    assert in_progress[0].startswith("Creation is in progress: ")  # the object follows, as in Kopf
     assert "Handler 'watched' succeeded." in messages
 
 
