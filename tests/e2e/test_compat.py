@@ -12,17 +12,22 @@ Where they differ on purpose, the test says so and why.
 
 The feature groups covered elsewhere are not repeated here: indexes and the
 field filters (``test_indexing.py``, also beside Kopf), admission webhooks
-(``test_admission.py``), the liveness endpoint and posted Events
-(``test_surface.py``), and our own examples (``test_examples.py``).
+(``test_admission.py``), the liveness endpoint's failures and which log
+messages become Events (``test_surface.py``), and our own examples
+(``test_examples.py``). Probes are checked here beside Kopf once, with the
+handlers.
 """
 from __future__ import annotations
 
 import collections
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -79,6 +84,7 @@ class Side:
         self.namespace = namespace
         self.calls = calls
         self._start = start
+        self.liveness: str | None = None  # the URL of its liveness endpoint, if it serves one
         self.runs = 0
         self.process = self._start(f'operator-{self.runs}.log')
 
@@ -130,14 +136,17 @@ def sides(kube: KubeAPI, kubeconfig: Path, namespace: str, tmp_path: Path, crd: 
     """``sides(script, kopf=True)``: the operator under ours and (unless told not to) under Kopf."""
     started: list[Side] = []
 
-    def start(script: str, *, kopf: bool = True, args: tuple[str, ...] = (), **env: str) -> list[Side]:
+    def start(script: str, *, kopf: bool = True, liveness: bool = False, **env: str) -> list[Side]:
         frameworks = ['ours', KOPF] if kopf else ['ours']
         result = []
         for framework in frameworks:
             ns = namespace if framework == 'ours' else f'{namespace[:50]}-kopf'
             kube.ensure_namespace(ns)
+            url = f'http://127.0.0.1:{free_port()}/healthz' if liveness else None
             side = start_side(framework, COMPAT / script, namespace=ns, kubeconfig=kubeconfig,
-                              workdir=tmp_path / f'{framework}-{len(started)}', args=args, env=env)
+                              workdir=tmp_path / f'{framework}-{len(started)}',
+                              args=('--liveness', url) if url else (), env=env)
+            side.liveness = url
             started.append(side)
             result.append(side)
         return result
@@ -153,6 +162,23 @@ def sides(kube: KubeAPI, kubeconfig: Path, namespace: str, tmp_path: Path, crd: 
                 if item['metadata'].get('finalizers'):
                     kube.patch(path, {'metadata': {'finalizers': None}})
                 kube.delete(path)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return int(s.getsockname()[1])
+
+
+def probe(url: str) -> tuple[int, Any] | None:
+    """The status and the JSON of a liveness endpoint, or ``None`` while it does not answer."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+    except OSError:
+        return None
 
 
 # Peering: Kopf's --peering, --priority, --dev, kopf freeze and kopf resume, on the Lease-based replicas.
@@ -267,7 +293,7 @@ def results(obj: dict[str, Any]) -> dict[str, Any]:
 # Handlers and their results.
 
 def test_handlers_and_their_results_as_in_kopf(kube: KubeAPI, sides: Callable[..., list[Side]]) -> None:
-    both = sides('handlers.py')
+    both = sides('handlers.py', liveness=True)
     for side in both:
         kube.create(collection(side.namespace), {**body('o1', field='a', other=1),
                                                  'metadata': {'name': 'o1', 'labels': {'tier': 'web'}}})
@@ -291,7 +317,10 @@ def test_handlers_and_their_results_as_in_kopf(kube: KubeAPI, sides: Callable[..
         side.wait(lambda s=side: len(s.records('updated')) == 2 and not progress(kube.get(s.path('o1'))),
                   what="the second update handled")
 
-    for side in both:
+    for side in both:  # the probes, through the liveness endpoint: {probe id: result}
+        assert side.liveness is not None
+        health = side.wait(lambda s=side: probe(s.liveness), what="the liveness endpoint")
+        assert health[0] == 200 and health[1]['answer'] == 42 and health[1]['handled'] >= 4
         side.restart()
     for side in both:
         side.wait(lambda s=side: s.records('resumed'), what="the resuming after a restart")

@@ -2,6 +2,7 @@
 Handlers and their results, as a Kopf user writes them: creation, updates, a field, deletion, resuming.
 
 Every call is recorded as a JSON line in ``$E2E_CALLS``; the results go into the status.
+Two probes report a constant and the number of calls so far (``kopf run --liveness``).
 """
 import json
 import os
@@ -20,6 +21,17 @@ def record(handler: str, name: str, **details: Any) -> None:
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.server_timeout = 10
+
+
+@kopf.on.probe(id='answer')
+def answer(**_: Any) -> Any:
+    return 42
+
+
+@kopf.on.probe()
+def handled(**_: Any) -> Any:
+    with open(CALLS) as f:
+        return sum(1 for _ in f)
 
 
 @kopf.on.resume('kopfcompats')
