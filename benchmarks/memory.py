@@ -92,7 +92,7 @@ async def measure(plane: ControlPlane, options: sidebyside.Options, directory: P
                                                      what="all objects to be fully handled")
                 await creation
                 snapshots.append(await _snapshot(operator, directory, 1))
-                await sidebyside.wait_until_idle(operator, since=last, settle=options.settle,
+                await sidebyside.wait_until_idle(operator, since=last, settle=options.idle_settle,
                                                  window=options.quiet_window, timeout=600)
                 snapshots.append(await _snapshot(operator, directory, 2))
                 os.kill(operator.pid, signal.SIGUSR2)
@@ -152,12 +152,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="traceback depth of tracemalloc (slower if > 1; 0: no tracemalloc, only RSS)")
     parser.add_argument('--top', type=int, default=25)
     parser.add_argument('--profile', action='store_true', help="also profile the operator's CPU with cProfile")
-    parser.add_argument('--settle', type=float, default=8.0,
+    parser.add_argument('--settle', type=float, default=sidebyside.Options.idle_settle,
                         help="seconds after the last handled object before the idle snapshot")
     parser.add_argument('--keep', type=Path, help="keep the snapshots and the log in this directory")
     args = parser.parse_args(argv)
     options = sidebyside.Options(objects=args.objects, handlers=args.handlers, lifecycle=args.lifecycle,
-                                 frameworks=('ours',), settle=args.settle)
+                                 frameworks=('ours',), idle_settle=args.settle)
     directory = args.keep or Path(tempfile.mkdtemp(prefix='kopf-memory-'))
     directory.mkdir(parents=True, exist_ok=True)
 
