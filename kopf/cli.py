@@ -12,6 +12,7 @@ way to do the same: replicas coordinate through Kubernetes Leases here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import importlib
@@ -31,7 +32,7 @@ from kopf.clients.errors import APIConnectionError, APIError, describe_api_failu
 from kopf.config import OperatorConfig
 from kopf.engines import logsetup
 from kopf.errors import ActivityError
-from kopf.reactor import peering, running
+from kopf.reactor import exiting, peering, running
 from kopf.reactor.registries import OperatorRegistry, get_default_registry
 from kopf.storage.errors import StorageError
 from kopf.tools import commands
@@ -161,28 +162,44 @@ def run(
                                "replica handle everything, --shards shares the objects among all replicas.")
     logsetup.configure(debug=debug, verbose=verbose, quiet=quiet, log_format=log_format,
                        log_prefix=log_prefix, log_refkey=log_refkey)
-    load_operator_code(paths, modules)
+    # The process is ours unless an application runs the command (e.g. KopfRunner, with its controls).
+    owned = controls is None and threading.current_thread() is threading.main_thread()
     controls = controls or CLIControls()
-    try:
-        running.run(
-            registry=controls.registry,
-            settings=controls.settings,
-            namespaces=namespaces,
-            clusterwide=clusterwide or not namespaces,
-            standalone=standalone or dev,
-            ha=ha,
-            shards=shards,
-            peering_name=lease_name if lease_name is not None else peering.default_name([*paths, *modules]),
-            peering_namespace=lease_namespace,
-            identity=identity,
-            liveness_endpoint=liveness_endpoint,
-            stop_flag=controls.stop_flag,
-            ready_flag=controls.ready_flag,
-        )
-    except (running.OperatorError, LoginError, ActivityError) as e:
-        raise click.ClickException(str(e)) from e
-    except (APIError, APIConnectionError) as e:
-        raise click.ClickException(describe_api_failure(e)) from e
+    # Its executor is looked at after the stop, so the process makes the settings its own.
+    settings = OperatorConfig() if owned and controls.settings is None else controls.settings
+    failure: click.ClickException | None = None
+    with exiting.early_signals() if owned else contextlib.nullcontext():
+        try:
+            load_operator_code(paths, modules)
+            running.run(
+                registry=controls.registry,
+                settings=settings,
+                namespaces=namespaces,
+                clusterwide=clusterwide or not namespaces,
+                standalone=standalone or dev,
+                ha=ha,
+                shards=shards,
+                peering_name=lease_name if lease_name is not None else peering.default_name([*paths, *modules]),
+                peering_namespace=lease_namespace,
+                identity=identity,
+                liveness_endpoint=liveness_endpoint,
+                stop_flag=controls.stop_flag,
+                ready_flag=controls.ready_flag,
+            )
+        except exiting.StoppedEarly as e:
+            click.echo(f"Stopped by {e.signal.name} before the operator has started.", err=True)
+            raise
+        except (running.OperatorError, LoginError, ActivityError) as e:
+            failure = click.ClickException(str(e))
+            failure.__cause__ = e
+        except (APIError, APIConnectionError) as e:
+            failure = click.ClickException(describe_api_failure(e))
+            failure.__cause__ = e
+    if owned and settings is not None:  # sync handlers that still run must not keep the process alive
+        exiting.abandon_handlers(settings.execution.executor, code=failure.exit_code if failure else 0,
+                                 error=failure.format_message() if failure else None)
+    if failure is not None:
+        raise failure
 
 
 # Kopf's commands to pause and resume operators through its peering objects; their options are accepted as given.

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from kopf.storage import conventions
 from kopf.storage.diffbase import AnnotationsDiffBaseStorage, DiffBaseStorage
 from kopf.storage.progress import ProgressStorage, SmartProgressStorage
 from kopf.structs.reviews import WebhookServerProtocol
@@ -79,6 +80,8 @@ class PersistenceConfig:
             raise TypeError(
                 f"config.persistence.{name} must be a {_public_name(expected)}, "
                 f"got {type(value).__name__}: {value!r}.")
+        if name == 'finalizer' and isinstance(value, str):
+            _check_finalizer(value)
         if getattr(self, '_frozen', False):
             logger.warning(
                 "config.persistence.%s was set after the operator has started; "
@@ -94,6 +97,21 @@ class PersistenceConfig:
         return (f"PersistenceConfig(progress_storage={self.progress_storage!r}, "
                 f"diffbase_storage={self.diffbase_storage!r}, finalizer={self.finalizer!r}, "
                 f"max_unpersisted_time={self.max_unpersisted_time!r}, fail_on_pruning={self.fail_on_pruning!r})")
+
+
+def _check_finalizer(value: str) -> None:
+    """A finalizer is a qualified name, as Kubernetes requires: ``[prefix/]name``, ideally with a domain."""
+    prefix, name = conventions.split_key(value)
+    try:
+        if prefix is not None:
+            conventions.validate_prefix(prefix)
+        conventions.validate_name(name)
+    except ValueError:
+        raise ValueError(
+            f"config.persistence.finalizer must be a valid finalizer name, got {value!r}: a domain and a name, "
+            f"e.g. 'my-op.example.com/finalizer' (the domain in lowercase letters, digits, '-' and '.'; "
+            f"the name of 1-63 letters, digits, '-', '_' or '.', starting and ending with a letter or a digit)."
+        ) from None
 
 
 def _public_name(cls: type) -> str:

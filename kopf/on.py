@@ -269,7 +269,7 @@ def event(
     def decorator(fn: F) -> F:
         base = id if id is not None else default_id(fn)
         handler = WatchingHandler(
-            fn=fn, id=field_id(base, path) if path else HandlerId(base),
+            fn=fn, id=field_id(base, path, fn) if path else HandlerId(base),
             labels=labels, annotations=annotations, when=when, field=path, value=value, param=param)
         _registry(registry).register_watching_handler(selector, handler)
         return fn
@@ -501,6 +501,9 @@ def _registry(registry: OperatorRegistry | None) -> OperatorRegistry:
 
 
 def _check_policy(*, retries: int | None, timeout: float | None, backoff: float | None) -> None:
+    for option, value in (('retries', retries), ('timeout', timeout), ('backoff', backoff)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise TypeError(f"{option}= must be a number, got {type(value).__name__}: {value!r}.")
     if retries is not None and retries < 1:
         raise ValueError(f"retries= is the number of attempts and must be at least 1, got {retries}.")
     if timeout is not None and timeout < 0:
@@ -568,7 +571,7 @@ def _changing(
         # As in Kopf, a handler with a field is known as ``fn/spec.field``: one function may watch several.
         base = id if id is not None else default_id(fn)
         handler = ChangingHandler(
-            fn=fn, id=field_id(base, path) if path else HandlerId(base), reason=reason, field=path,
+            fn=fn, id=field_id(base, path, fn) if path else HandlerId(base), reason=reason, field=path,
             value=value, old=old, new=new, optional=optional, errors=errors, timeout=timeout, retries=retries,
             backoff=backoff, labels=labels, annotations=annotations, when=when, param=param)
         _registry(registry).register_changing_handler(selector, handler)
@@ -605,7 +608,7 @@ def _admission(
     def decorator(fn: F) -> F:
         base = id if id is not None else default_id(fn)
         handler = AdmissionHandler(
-            fn=fn, id=field_id(base, path) if path else HandlerId(base), type=type, param=param,
+            fn=fn, id=field_id(base, path, fn) if path else HandlerId(base), type=type, param=param,
             operations=allowed, subresource=subresource, persistent=bool(persistent),
             side_effects=bool(side_effects), ignore_failures=bool(ignore_failures),
             labels=labels, annotations=annotations, when=when, field=path, value=value)

@@ -48,10 +48,11 @@ Guarantees
   diff-base (or the removal of the finalizer) travel in the same patch, so
   there is no moment when the progress is gone but the cause is not marked
   as handled.
-* **Progress is never traded for results**: if the server rejects the patch
-  as invalid (422), the essential part (:attr:`HandlingResult.essential`:
-  progress, finalizer, diff-base) is re-sent alone, and the rejected
-  results and changes are reported once, with the server's message.
+* **Progress is never traded for results**: if the server refuses the patch
+  for what it holds (422, another 4xx, too large), the essential part
+  (:attr:`HandlingResult.essential`: progress, finalizer, diff-base) is
+  re-sent alone, and the rejected results and changes are reported once,
+  with the server's message.
 * **Nothing outlives the cycle**: the body, the patch, the handlers' keyword
   arguments and the logger are referenced only by the cycle's own frames.
 
@@ -315,7 +316,8 @@ async def handle_object(
         await indexes.ready()
     storage = Persistence(progress=config.persistence.progress_storage,
                           diffbase=config.persistence.diffbase_storage,
-                          body=body, extra_fields=registry.get_extra_fields(resource))
+                          body=body, extra_fields=registry.get_extra_fields(resource),
+                          handler_ids=selection.all_ids(registry, resource))
     arguments = Arguments(operator=OperatorArguments(logger=logger, memo=memo, config=config, indexes=indexes or {}),
                           object=ObjectArguments(body=body, patch=Patch(), resource=resolved or resource))
     handled = registry.has_changing_handlers(resource)

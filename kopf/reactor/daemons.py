@@ -452,11 +452,14 @@ class Daemons:
         return outcome
 
     async def _invoke(self, runner: _Runner, kwargs: Mapping[str, Any]) -> Any:
+        """One call; its result is checked as every handler's is: a result that cannot be stored fails it."""
         if runner.threaded:
-            return await _call_in_thread(runner.handler.fn, kwargs,
-                                         name=f"kopf {runner.handler} of {runner.obj.describe()}")
-        executor = runner.obj.operator.config.execution.executor
-        return await invocation.invoke(runner.handler.fn, kwargs=kwargs, executor=executor)
+            result = await _call_in_thread(runner.handler.fn, kwargs,
+                                           name=f"kopf {runner.handler} of {runner.obj.describe()}")
+        else:
+            executor = runner.obj.operator.config.execution.executor
+            result = await invocation.invoke(runner.handler.fn, kwargs=kwargs, executor=executor)
+        return execution.storable(runner.handler, result)
 
     def _kwargs(self, runner: _Runner, patch: Patch, state: HandlerState | None) -> dict[str, Any]:
         """The handler's keyword arguments: live views of the object, its patch, its stop flag, its retries."""

@@ -16,6 +16,15 @@ The retry policy, in the order it is applied:
   a result.
 * A retry that would come too late anyway (beyond the retries or the
   timeout) is not waited for: the handler fails right away.
+* Retries are never scheduled more than :data:`MAX_DELAY` (a day) ahead; a
+  delay that is not a number of seconds is replaced by the back-off. Both
+  are reported.
+* A result must be storable in ``status.<handler id>``: JSON values only
+  (read-only views of the object, such as ``spec``, are copied as dicts),
+  at most :data:`MAX_RESULT_SIZE`. A result that is not is the handler's
+  failure (:class:`ResultError`), treated as its ``errors=`` says, and it is
+  never sent: the server would refuse it, after the handler's success was
+  reported.
 
 This module only judges; it keeps no state. Where the handler stands in its
 retries comes in (as :class:`~kopf.reactor.arguments.Attempts`), the outcome
@@ -24,9 +33,12 @@ goes out, and :mod:`kopf.reactor.progression` turns it into the next state.
 from __future__ import annotations
 
 import concurrent.futures
+import contextvars
 import dataclasses
 import datetime
-from collections.abc import Awaitable, Callable
+import json
+import math
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from kopf.errors import (
@@ -41,6 +53,20 @@ from kopf.reactor import invocation, subhandling
 from kopf.reactor.arguments import Arguments, Attempts, Logger
 from kopf.reactor.registries import DEFAULT_BACKOFF, BaseHandler, ChangingHandler, WatchingHandler
 from kopf.structs.ids import HandlerId
+
+# Retries are never scheduled further ahead than this; a stored time beyond it is not plausible.
+MAX_DELAY = 24 * 60 * 60.0
+# The largest result stored in ``status.<handler id>``: the whole object is limited to about 1.5 MiB (etcd).
+MAX_RESULT_SIZE = 512 * 1024
+# Results nested deeper than this are refused (they are also how a circular structure shows).
+MAX_RESULT_DEPTH = 100
+
+# The handlers attempted in the current handling cycle, in order, if the caller keeps count (for its messages).
+attempted: contextvars.ContextVar[list[HandlerId] | None] = contextvars.ContextVar('kopf.attempted', default=None)
+
+
+class ResultError(Exception):
+    """A handler's result cannot be stored: not a JSON value, or too large. Its message says why."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,21 +111,20 @@ async def attempt(
         outcome = HandlerOutcome(final=False, delay=e.delay)
     except TemporaryError as e:
         logger.error("%s failed temporarily: %s", handler, _text(e))
-        outcome = HandlerOutcome(final=False, delay=e.delay, exception=e)
+        outcome = HandlerOutcome(final=False, delay=sane_delay(handler, e.delay, logger=logger), exception=e)
     except PermanentError as e:
         logger.error("%s failed permanently: %s", handler, _text(e))
         return HandlerOutcome(final=True, exception=e)
     except Exception as e:
         mode = handler.errors or ErrorsMode.TEMPORARY
         if mode == ErrorsMode.IGNORED:
-            logger.exception("%s failed with an exception; it is ignored.", handler)
+            _report(logger, handler, e, "it is ignored.")
             return HandlerOutcome(final=True)
         if mode == ErrorsMode.PERMANENT:
-            logger.exception("%s failed with an exception; it will not be retried.", handler)
+            _report(logger, handler, e, "it will not be retried.")
             return HandlerOutcome(final=True, exception=e)
-        backoff = handler.backoff if handler.backoff is not None else DEFAULT_BACKOFF
-        logger.exception("%s failed with an exception; it will be retried.", handler)
-        outcome = HandlerOutcome(final=False, delay=backoff, exception=e)
+        _report(logger, handler, e, "it will be retried.")
+        outcome = HandlerOutcome(final=False, delay=backoff(handler, logger=logger), exception=e)
     else:
         logger.info("%s succeeded.", handler)
         return HandlerOutcome(final=True, result=result)
@@ -133,6 +158,9 @@ async def run_changing(
     """
     context = subhandling.SubhandlingContext(parent_id=handler.id, run=children)
     kwargs = arguments.for_handler(handler).with_attempt(past).render()
+    trail = attempted.get()
+    if trail is not None:
+        trail.append(handler.id)
 
     async def call() -> Any:
         token = subhandling.subhandling_context.set(context)
@@ -141,7 +169,7 @@ async def run_changing(
         finally:
             subhandling.subhandling_context.reset(token)
         await subhandling.run_pending(context)
-        return result
+        return storable(handler, result)
 
     outcome = await attempt(handler, past, call=call, logger=logger)
     return dataclasses.replace(outcome, subrefs=frozenset(context.executed))
@@ -181,3 +209,107 @@ def _exhausted(
 
 def _text(e: BaseException) -> str:
     return str(e) or type(e).__name__
+
+
+def _report(logger: Logger, handler: BaseHandler, e: Exception, consequence: str) -> None:
+    """A handler's unexpected exception, with its traceback -- unless the framework explains it itself."""
+    if isinstance(e, ResultError):
+        logger.error("%s %s", e, consequence[:1].upper() + consequence[1:])  # the message names the handler
+    else:
+        logger.exception("%s failed with an exception; %s", handler, consequence)
+
+
+def backoff(handler: BaseHandler, *, logger: Logger) -> float:
+    """The pause before a handler's retry after an unexpected exception (its ``backoff=``, within limits)."""
+    delay = sane_delay(handler, handler.backoff if handler.backoff is not None else DEFAULT_BACKOFF, logger=logger)
+    return delay if delay is not None else DEFAULT_BACKOFF
+
+
+def sane_delay(handler: BaseHandler, delay: Any, *, logger: Logger) -> float | None:
+    """
+    A retry delay that the handling can live with: a number of seconds from 0 to :data:`MAX_DELAY`.
+
+    ``None`` stays (as soon as possible), negative numbers mean now. Longer
+    delays are cut to the maximum, anything else becomes the back-off; both
+    are reported.
+    """
+    if delay is None:
+        return None
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or math.isnan(delay):
+        fallback = handler.backoff if handler.backoff is not None else DEFAULT_BACKOFF
+        fallback = min(max(float(fallback), 0.0), MAX_DELAY)
+        logger.warning("%s asked for a retry in %.100r seconds, which is not a number of seconds; "
+                       "retrying in %gs (the back-off) instead.", handler, delay, fallback)
+        return fallback
+    if delay > MAX_DELAY:
+        logger.warning("%s asked for a retry in %gs, more than the maximum of %gs (a day); "
+                       "retrying in %gs instead.", handler, delay, MAX_DELAY, MAX_DELAY)
+        return MAX_DELAY
+    return max(float(delay), 0.0)
+
+
+def storable(handler: BaseHandler, result: Any) -> Any:
+    """
+    The result as it is stored in ``status.<handler id>``: plain JSON values, within the size limit.
+
+    Raises :class:`ResultError`, naming what cannot be stored and where, if
+    it cannot be stored at all.
+    """
+    if result is None:
+        return None
+    where = f"status.{handler.id}"
+    try:
+        value = _plain(result, path='', depth=0)
+    except _Unstorable as e:
+        place = f" at {e.path}" if e.path else ''
+        raise ResultError(
+            f"{handler} has returned a value that cannot be stored in {where}: {e.what}{place}. "
+            f"Return only dicts, lists, strings, numbers, booleans and None (e.g. a list instead of "
+            f"a set, an ISO-8601 string instead of a datetime).") from None
+    size = len(json.dumps(value, separators=(',', ':'), ensure_ascii=False).encode('utf-8'))
+    if size > MAX_RESULT_SIZE:
+        raise ResultError(
+            f"{handler} has returned {size:,} bytes of JSON ({_size(size)}), more than the "
+            f"{_size(MAX_RESULT_SIZE)} that a result may have in {where}; it is not stored. Return less "
+            f"(e.g. a summary), and keep large data elsewhere (e.g. in a ConfigMap).")
+    return value
+
+
+class _Unstorable(Exception):
+    def __init__(self, what: str, path: str) -> None:
+        super().__init__(what)
+        self.what = what
+        self.path = path
+
+
+def _plain(value: Any, *, path: str, depth: int) -> Any:
+    """A copy of the value made of JSON values only; mappings become dicts, tuples lists."""
+    if depth > MAX_RESULT_DEPTH:
+        raise _Unstorable(f"it is nested more than {MAX_RESULT_DEPTH} levels deep (or refers to itself)", path)
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _Unstorable(f"{value!r} is not a JSON number", path)
+        return value
+    if isinstance(value, Mapping):
+        result: dict[str, Any] = {}
+        for key, item in value.items():
+            if isinstance(key, int) and not isinstance(key, bool):
+                key = str(key)
+            if not isinstance(key, str):
+                raise _Unstorable(f"a key of type {type(key).__name__} ({key!r:.50}), not a string", path)
+            result[key] = _plain(item, path=f"{path}[{key!r}]", depth=depth + 1)
+        return result
+    if isinstance(value, (list, tuple)):
+        return [_plain(item, path=f"{path}[{index}]", depth=depth + 1) for index, item in enumerate(value)]
+    raise _Unstorable(f"a value of type {_type_name(value)}", path)
+
+
+def _type_name(value: Any) -> str:
+    cls = type(value)
+    return cls.__qualname__ if cls.__module__ == 'builtins' else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _size(size: int) -> str:
+    return f"{size / 1024 / 1024:.1f} MiB" if size >= 1024 * 1024 else f"{size / 1024:.1f} KiB"

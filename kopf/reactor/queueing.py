@@ -24,6 +24,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
+from kopf.reactor import failures
+
 logger = logging.getLogger('kopf.reactor.queueing')
 
 RawEvent = Mapping[str, Any]
@@ -73,6 +75,16 @@ def object_key(raw_event: RawEvent) -> str:
     return str(meta.get('uid') or f"{meta.get('namespace')}/{meta.get('name')}")
 
 
+def describe(raw_event: RawEvent) -> str:
+    """The object of an event for messages: ``Kind namespace/name (uid)``, as much of it as is known."""
+    obj = raw_event.get('object', {})
+    meta = obj.get('metadata', {})
+    where = f"{meta.get('namespace')}/{meta.get('name')}" if meta.get('namespace') else f"{meta.get('name')}"
+    kind = f"{obj.get('kind')} " if obj.get('kind') else ''
+    uid = f" (uid {meta.get('uid')})" if meta.get('uid') else ''
+    return f"{kind}{where}{uid}"
+
+
 def _resource_version(raw_event: RawEvent) -> str | None:
     rv = raw_event.get('object', {}).get('metadata', {}).get('resourceVersion')
     return str(rv) if rv is not None else None
@@ -93,6 +105,7 @@ async def watch_objects(
     """Route every event of a stream to its object's worker until the stream ends."""
     mailboxes: dict[str, _Mailbox] = {}
     limiter = asyncio.Semaphore(settings.worker_limit) if settings.worker_limit else None
+    repeats = failures.RepeatLimiter()
     try:
         async for raw_event in stream:
             key = object_key(raw_event)
@@ -105,7 +118,8 @@ async def watch_objects(
                     _worker(key, mailbox=mailbox, processor=processor, settings=settings, limiter=limiter,
                             gate=gate),
                     name=f"kopf worker {key}")
-                mailbox.task.add_done_callback(functools.partial(_forget, key, mailbox, mailboxes))
+                mailbox.task.add_done_callback(
+                    functools.partial(_forget, key, mailbox, mailboxes, describe(raw_event), repeats))
             mailbox.put(raw_event)
             del raw_event, mailbox  # while awaiting the next event, only the workers hold objects
     finally:
@@ -190,12 +204,30 @@ def _resolve(waiter: asyncio.Future[bool], value: bool) -> None:
 _GONE = '<deleted>'  # in the versions seen: the object is gone, which outdates any patch of ours
 
 
-def _forget(key: str, mailbox: _Mailbox, mailboxes: dict[str, _Mailbox], task: asyncio.Task[None]) -> None:
-    """A worker has ended: free its mailbox (unless a new worker has already taken the object over)."""
+def _forget(
+        key: str,
+        mailbox: _Mailbox,
+        mailboxes: dict[str, _Mailbox],
+        what: str,
+        repeats: failures.RepeatLimiter,
+        task: asyncio.Task[None],
+) -> None:
+    """
+    A worker has ended: free its mailbox (unless a new worker has already taken the object over).
+
+    A worker that has failed (which the processor should never let happen) is
+    reported naming its object, and the same failure of the same object only
+    now and then: the object's next event starts a new worker, which may fail
+    the same way.
+    """
     if mailboxes.get(key) is mailbox:
         del mailboxes[key]
-    if not task.cancelled() and task.exception() is not None:
-        logger.error("The worker for %s has failed.", key, exc_info=task.exception())
+    error = None if task.cancelled() else task.exception()
+    if error is not None:
+        suppressed = repeats.admit((key, *failures.signature(error)))
+        if suppressed is not None:
+            logger.error("The worker for %s has failed: %s: %s. Its next event starts a new one.%s",
+                         what, type(error).__name__, error, failures.repeated(suppressed), exc_info=error)
 
 
 async def _stop_workers(tasks: list[asyncio.Task[None]], *, timeout: float) -> None:

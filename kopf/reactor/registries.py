@@ -59,6 +59,40 @@ class BaseHandler:
     def __str__(self) -> str:
         return f"Handler {self.id!r}"
 
+    def __post_init__(self) -> None:
+        """Options are checked when a handler is declared, not when it first runs (and fails every time)."""
+        check_id(self.id, self.fn)
+        if self.errors is not None and not isinstance(self.errors, ErrorsMode):
+            try:  # Kopf's users sometimes write errors='permanent': take it, as it is unambiguous
+                object.__setattr__(self, 'errors', ErrorsMode(self.errors))
+            except ValueError:
+                raise ValueError(f"errors= must be a kopf.ErrorsMode (TEMPORARY, PERMANENT or IGNORED), "
+                                 f"got {self.errors!r} (for {_fn_name(self.fn)}).") from None
+        for option in ('timeout', 'backoff', 'retries'):
+            value = getattr(self, option)
+            number = int if option == 'retries' else (int, float)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, number)):
+                raise TypeError(f"{option}= must be a number{' of attempts' if option == 'retries' else ''}, "
+                                f"got {type(value).__name__}: {value!r} (for {_fn_name(self.fn)}).")
+
+
+def check_id(handler_id: Any, fn: Callable[..., Any] | None) -> None:
+    """A handler id must be a non-empty string: progress is stored by it, in annotation keys."""
+    if not isinstance(handler_id, str):
+        raise TypeError(f"A handler's id= must be a string, got {type(handler_id).__name__}: {handler_id!r} "
+                        f"(for {_fn_name(fn)}).")
+    if not handler_id.strip():
+        raise ValueError(f"A handler's id= must not be empty, got {handler_id!r} (for {_fn_name(fn)}). "
+                         f"Leave it out to use the function's name.")
+
+
+def _fn_name(fn: Callable[..., Any] | None) -> str:
+    if fn is None:
+        return 'a field handler'
+    module = getattr(fn, '__module__', None)
+    name = getattr(fn, '__qualname__', None) or getattr(fn, '__name__', None)
+    return f"{module}.{name}" if module and name else repr(fn)
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ActivityHandler(BaseHandler):
@@ -192,8 +226,9 @@ def default_id(fn: Callable[..., Any]) -> str:
     return str(name) if name else repr(fn)
 
 
-def field_id(base: str, field: dicts.FieldPath) -> HandlerId:
+def field_id(base: str, field: dicts.FieldPath, fn: Callable[..., Any] | None = None) -> HandlerId:
     """Field handlers are known as ``fn/spec.field``, so that one function can watch several fields."""
+    check_id(base, fn)
     return HandlerId(f"{base}/{dicts.format_field(field)}")
 
 

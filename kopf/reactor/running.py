@@ -213,11 +213,11 @@ async def _serve(
         stopper = asyncio.create_task(_relay_stop_flag(stop_flag, stop)) if stop_flag is not None else None
         try:
             await activities.run_activity(registry=registry, activity=Activity.STARTUP, config=config,
-                                          memo=memo, logger=logger, indexes=indexes)
+                                          memo=memo, logger=logger, indexes=indexes, stop=stop)
             config.persistence.freeze()
             try:
                 async with contextlib.AsyncExitStack() as stack:
-                    info = await _login(registry=registry, config=config, memo=memo, indexes=indexes)
+                    info = await _login(registry=registry, config=config, memo=memo, indexes=indexes, stop=stop)
                     relogin = functools.partial(_login, registry=registry, config=config, memo=memo, indexes=indexes)
                     context = await stack.enter_async_context(_api_context(info, config=config, relogin=relogin))
                     await stack.enter_async_context(_storages(config, context=context))
@@ -239,6 +239,8 @@ async def _serve(
                 raise OperatorError(str(e)) from e
             except peering.PeeringError as e:
                 raise OperatorError(str(e)) from None
+        except activities.ActivityInterrupted as e:
+            logger.info("%s", e)
         finally:
             health.stopping()
             if stopper is not None:
@@ -275,10 +277,11 @@ async def _login(
         config: OperatorConfig,
         memo: Any,
         indexes: indexing.OperatorIndexes | None = None,
+        stop: asyncio.Event | None = None,
 ) -> ConnectionInfo:
     """Credentials from the login handlers if there are any, else from the environment."""
     results = await activities.run_activity(registry=registry, activity=Activity.LOGIN, config=config,
-                                          memo=memo, logger=logger, indexes=indexes)
+                                          memo=memo, logger=logger, indexes=indexes, stop=stop)
     for result in results.values():
         if isinstance(result, ConnectionInfo):
             return result

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import datetime
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -49,6 +50,8 @@ from kopf.structs.ids import HandlerId
 
 # When the lifecycle fails, the handlers wait this long for it to be fixed (unless an event comes first).
 STALL_DELAY = DEFAULT_BACKOFF
+# Stored retry times may be this much further ahead than the maximum delay (other replicas' clocks).
+IMPLAUSIBLE_SLACK = datetime.timedelta(minutes=5)
 
 
 @dataclasses.dataclass
@@ -97,11 +100,27 @@ async def run_cause(handlers: Sequence[ChangingHandler], *, batch: Batch) -> Rou
 async def _load(handlers: Sequence[ChangingHandler], *, batch: Batch) -> State:
     """The handlers' state as stored; the start of those never seen before is noted before any of them runs."""
     records = await batch.persistence.fetch(handler.id for handler in handlers)
-    state = State.from_records(records, clock=batch.clock)
+    state = _plausible(State.from_records(records, clock=batch.clock), handlers, batch=batch)
     for handler_id, record in state.changes.items():
         await batch.persistence.keep(handler_id, record)
     await batch.persistence.sync()
     return state
+
+
+def _plausible(state: State, handlers: Sequence[ChangingHandler], *, batch: Batch) -> State:
+    """Retry times further ahead than kopf ever schedules are not trusted: the back-off applies instead."""
+    now = batch.clock.now()
+    limit = now + datetime.timedelta(seconds=execution.MAX_DELAY) + IMPLAUSIBLE_SLACK
+    fixed: dict[HandlerId, HandlerState] = {}
+    for handler in handlers:
+        delayed = state[handler.id].delayed
+        if delayed is not None and delayed > limit and not state[handler.id].finished:
+            delay = execution.backoff(handler, logger=batch.logger)
+            batch.logger.warning("%s was to be retried at %s, more than a day ahead, which kopf never schedules: "
+                                 "its progress record is not plausible. Retrying in %gs (its back-off) instead.",
+                                 handler, delayed.isoformat(), delay)
+            fixed[handler.id] = dataclasses.replace(state[handler.id], delayed=now + datetime.timedelta(seconds=delay))
+    return State({**state, **fixed}, clock=state.clock) if fixed else state
 
 
 async def forget(persistence: Persistence, ids: Iterable[HandlerId]) -> None:

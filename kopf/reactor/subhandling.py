@@ -20,7 +20,7 @@ from typing import Any
 
 from kopf.errors import ErrorsMode
 from kopf.reactor.lifecycles import LifeCycleFn
-from kopf.reactor.registries import ChangingHandler, SubRegistry, default_id
+from kopf.reactor.registries import ChangingHandler, SubRegistry, check_id, default_id
 from kopf.structs.ids import HandlerId
 
 # Runs these sub-handlers of the current parent once; raises if they are not all finished successfully.
@@ -68,8 +68,10 @@ def make_subhandler(
         backoff: float | None = None,
         param: Any = None,
 ) -> ChangingHandler:
+    base = id if id is not None else default_id(fn)
+    check_id(base, fn)
     return ChangingHandler(
-        fn=fn, id=context.child_id(id if id is not None else default_id(fn)),
+        fn=fn, id=context.child_id(base),
         errors=errors, timeout=timeout, retries=retries, backoff=backoff, param=param)
 
 

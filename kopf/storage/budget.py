@@ -33,7 +33,7 @@ import copy
 import dataclasses
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from typing import Any, TypeAlias
 
 from kopf.storage import records, trimming
@@ -113,6 +113,9 @@ def fit(
             del _changes_of(work)[key]
         if foreign:
             actions.append(f"the handlers' annotations were not stored: {', '.join(foreign)}")
+            # Reported here: not to be named again among what a refusal of the rest has not stored.
+            dropped = {f"metadata.annotations.{key}" for key in foreign}
+            extras = tuple(extra for extra in extras if extra not in dropped)
     if not _fits(body, work):
         _postpone_conclusion(work, names=names, actions=actions)
     if not _fits(body, work):
@@ -155,9 +158,9 @@ def _changes(patch: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return annotations if isinstance(annotations, Mapping) else {}
 
 
-def _changes_of(patch: Patch) -> dict[str, Any]:
-    """The patch's own (mutable) dict of annotation changes."""
-    return patch.setdefault('metadata', {}).setdefault('annotations', {})  # type: ignore[no-any-return]
+def _changes_of(patch: Patch) -> MutableMapping[str, Any]:
+    """The patch's own annotation changes, written through to the patch."""
+    return patch.meta.annotations
 
 
 def _fits(body: Body, patch: Mapping[str, Any]) -> bool:

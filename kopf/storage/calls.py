@@ -14,9 +14,13 @@ then continues asynchronously.
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Collection, Generator, Iterable
+from types import TracebackType
 from typing import Any, TypeAlias, TypeVar, cast
+
+from typing_extensions import Self
 
 T = TypeVar('T')
 
@@ -62,3 +66,41 @@ async def _continue(steps: Steps[T], pending: Awaitable[Any]) -> T:
             yielded = steps.send(result)
     except StopIteration as e:
         return cast(T, e.value)
+
+
+def each(results: Iterable[Any]) -> Steps[None]:
+    """Steps for calls whose results do not matter (only that they are awaited, in order)."""
+    for result in results:
+        _ = yield result  # what a call returned is of no use, only that it was awaited
+    return None
+
+
+class EnteredTogether:
+    """
+    The lifetime of a storage that combines others: its children are entered and exited with it.
+
+    Mixed into the Multi storages (before their storage base class, whose
+    own enter and exit do nothing).
+    """
+
+    storages: Collection[contextlib.AbstractAsyncContextManager[Any]]
+    _stack: contextlib.AsyncExitStack | None = None
+
+    async def __aenter__(self) -> Self:
+        """Enter every child in order; if one fails, those already entered are exited."""
+        async with contextlib.AsyncExitStack() as stack:
+            for storage in self.storages:
+                await stack.enter_async_context(storage)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+            self,
+            exc_type: type[BaseException] | None,
+            exc_val: BaseException | None,
+            exc_tb: TracebackType | None,
+    ) -> None:
+        """Exit the children in reverse order."""
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.__aexit__(exc_type, exc_val, exc_tb)

@@ -230,7 +230,12 @@ class ConfigMapProgressStorage(ProgressStorage):
 
     def _decode(self, value: str, *, key: HandlerId, body: Body) -> tuple[str, ProgressRecord | None]:
         try:
-            data = json.loads(value)
+            try:
+                data = json.loads(value)
+            except RecursionError:
+                raise ValueError("not valid JSON (nested too deeply)") from None
+            except ValueError as e:
+                raise ValueError(f"not valid JSON ({e})") from None
             if not isinstance(data, dict) or not isinstance(data.get('handler'), str):
                 raise ValueError("expected a JSON object with the handler's id and the record")
             return data['handler'], records.decode_record(data.get('record'))

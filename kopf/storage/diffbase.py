@@ -9,7 +9,6 @@ the ``diff`` for update handlers.
 from __future__ import annotations
 
 import abc
-import contextlib
 import copy
 import json
 import logging
@@ -180,7 +179,10 @@ def encode_essence(essence: Essence) -> str:
 def decode_essence(value: Any, *, where: str, body: Body) -> Essence | None:
     """Parse a stored essence; a corrupt one is reported and treated as absent."""
     try:
-        data = json.loads(value) if isinstance(value, str) else value
+        try:
+            data = json.loads(value) if isinstance(value, str) else value
+        except RecursionError:
+            raise ValueError("not valid JSON (nested too deeply)") from None
         if not isinstance(data, dict):
             raise ValueError(f"expected a JSON object, got {type(data).__name__}")
     except ValueError as e:
@@ -198,7 +200,7 @@ def _same(stored: Any, essence: Essence) -> bool:
         return False
     try:
         return bool(json.loads(stored) == essence)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
 
 
@@ -311,10 +313,14 @@ def _status_path(value: dicts.FieldSpec, *, name: str) -> dicts.FieldPath:
     if not path:
         raise ValueError("The status field for the diff-base must not be empty "
                          "(e.g. 'status.my-op.last-handled-configuration').")
+    if path[0] != 'status' or len(path) < 2:
+        # Anywhere else, the essence would overwrite the object's own fields (or be part of the essence itself).
+        raise ValueError(f"The status field for the diff-base must be a field under 'status' "
+                         f"(e.g. 'status.my-op.last-handled-configuration'), not {dicts.format_field(path)!r}.")
     return path
 
 
-class MultiDiffBaseStorage(DiffBaseStorage):
+class MultiDiffBaseStorage(calls.EnteredTogether, DiffBaseStorage):
     """Several diff-base storages: the first stored essence wins; writes go to all."""
 
     def __init__(self, storages: Collection[DiffBaseStorage]) -> None:
@@ -325,7 +331,6 @@ class MultiDiffBaseStorage(DiffBaseStorage):
             if not isinstance(storage, DiffBaseStorage):
                 raise TypeError(f"Expected a kopf.DiffBaseStorage, got {storage!r}.")
         self.storages: tuple[DiffBaseStorage, ...] = tuple(storages)
-        self._stack: contextlib.AsyncExitStack | None = None
 
     def build(self, *, body: Body, extra_fields: Iterable[dicts.FieldSpec] | None = None) -> Essence:
         essence = super().build(body=body, extra_fields=extra_fields)
@@ -343,41 +348,15 @@ class MultiDiffBaseStorage(DiffBaseStorage):
         return calls.drive(steps())
 
     def store(self, *, body: Body, patch: Patch, essence: Essence) -> MaybeAwaitable[None]:
-        return calls.drive(_each(s.store(body=body, patch=patch, essence=essence) for s in self.storages))
+        return calls.drive(calls.each(s.store(body=body, patch=patch, essence=essence) for s in self.storages))
 
     def erase(self, *, body: Body) -> MaybeAwaitable[None]:
         """Pass the object's disappearance on to the children, which may keep state outside of it."""
-        return calls.drive(_each(s.erase(body=body) for s in self.storages))
+        return calls.drive(calls.each(s.erase(body=body) for s in self.storages))
 
     def purge(self, *, body: Body, patch: Patch) -> MaybeAwaitable[None]:
         """Forget the essence in every child."""
-        return calls.drive(_each(s.purge(body=body, patch=patch) for s in self.storages))
-
-    async def __aenter__(self) -> Self:
-        """Enter every child in order; if one fails, those already entered are exited."""
-        async with contextlib.AsyncExitStack() as stack:
-            for storage in self.storages:
-                await stack.enter_async_context(storage)
-            self._stack = stack.pop_all()
-        return self
-
-    async def __aexit__(
-            self,
-            exc_type: type[BaseException] | None,
-            exc_val: BaseException | None,
-            exc_tb: TracebackType | None,
-    ) -> None:
-        """Exit the children in reverse order."""
-        stack, self._stack = self._stack, None
-        if stack is not None:
-            await stack.__aexit__(exc_type, exc_val, exc_tb)
-
-
-def _each(results: Iterable[Any]) -> Steps[None]:
-    """Steps for calls whose results do not matter (only that they are awaited, in order)."""
-    for result in results:
-        _ = yield result  # what a call returned is of no use, only that it was awaited
-    return None
+        return calls.drive(calls.each(s.purge(body=body, patch=patch) for s in self.storages))
 
 
 def _intersect(a: Essence, b: Essence) -> Essence:

@@ -28,6 +28,11 @@ only way to the storages, and it keeps these promises:
   the handler that was running. Unchanged records are not stored again.
   Purges wait for :meth:`commit`, the end of the cycle.
 * Purges are skipped for records known to be absent.
+* **Whatever is under our keys is ours.** A value under the key of one of
+  the given handlers' records (or of their sub-handlers') is progress,
+  readable or not: it is never part of the essences (so a corrupt record
+  that is purged does not look like a change of the object), and it counts
+  as stored (so it is purged like any other record).
 
 The storages are called only through :func:`kopf.storage.calls.call`, so
 that sync and async storages work alike.
@@ -36,10 +41,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterable, Sequence
+import functools
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from kopf.storage import calls
+from kopf.storage import calls, conventions
 from kopf.storage.diffbase import DiffBaseStorage
 from kopf.storage.progress import (
     AnnotationsProgressStorage,
@@ -83,11 +89,13 @@ class Persistence:
             diffbase: DiffBaseStorage,
             body: Body,
             extra_fields: Sequence[dicts.FieldPath] = (),
+            handler_ids: Collection[HandlerId] = (),
     ) -> None:
         self.progress = progress
         self.diffbase = diffbase
         self.body = body
         self.extra_fields = tuple(extra_fields)
+        self.handler_ids = tuple(handler_ids)
         self.patch = Patch()
         self._essences: Essences | None = None
         self._records: dict[HandlerId, ProgressRecord | None] = {}
@@ -105,10 +113,10 @@ class Persistence:
         if self._essences is None:
             new: Essence = await calls.call(self.diffbase.build, body=self.body,
                                             extra_fields=list(self.extra_fields) or None)
-            new = await calls.call(self.progress.clear, essence=new)
+            new = self._untraced(await calls.call(self.progress.clear, essence=new))
             old: Essence | None = await calls.call(self.diffbase.fetch, body=self.body)
             if old is not None:
-                old = await calls.call(self.progress.clear, essence=copy.deepcopy(old))
+                old = self._untraced(await calls.call(self.progress.clear, essence=copy.deepcopy(old)))
             self._essences = Essences(old=old, new=new, diff=diffs.diff(old, new))
         return self._essences
 
@@ -128,9 +136,10 @@ class Persistence:
                 self._records.get(handler_id) for handler_id in wanted}
 
     async def stored(self, ids: Iterable[HandlerId]) -> list[HandlerId]:
-        """Which of these handlers have a record stored."""
+        """Which of these handlers have a record stored, readable or not (an unreadable one is reported)."""
         records = await self.fetch(ids)
-        return [handler_id for handler_id, record in records.items() if record is not None]
+        return [handler_id for handler_id, record in records.items()
+                if record is not None or (handler_id not in self._writes and self._traced(handler_id))]
 
     async def holds_any(self, ids: Iterable[HandlerId]) -> bool:
         """Whether any of these handlers has a record; stops fetching at the first one found."""
@@ -161,8 +170,26 @@ class Persistence:
             probe: Essence = {'metadata': {'annotations': _copy_flat(annotations)},
                               **({'status': copy.deepcopy(status)} if status else {})}
             cleared = await calls.call(self.progress.clear, essence=probe)
-            self._empty = cleared == original
+            owned = owned_annotations(self.progress, annotations, self.handler_ids)
+            self._empty = cleared == original and not owned
         return self._empty
+
+    def _traced(self, handler_id: HandlerId) -> bool:
+        """Whether the object holds anything under this handler's keys, even if it is unreadable."""
+        if not self._in_body:
+            return False
+        if owned_annotations(self.progress, self.body.metadata.annotations, [handler_id]):
+            return True
+        return any(dicts.resolve(self.body, field + (handler_id,), None) is not None
+                   for field in _status_fields(self.progress))
+
+    def _untraced(self, essence: Essence) -> Essence:
+        """The essence without whatever is under the handlers' keys (what clear() left is unreadable, but ours)."""
+        annotations = dicts.resolve(essence, ('metadata', 'annotations'), None)
+        if isinstance(annotations, Mapping):
+            for key in owned_annotations(self.progress, annotations, self.handler_ids):
+                dicts.remove(essence, ('metadata', 'annotations', key))
+        return essence
 
     # Writing.
 
@@ -244,6 +271,71 @@ def _copy_flat(values: dict[str, Any]) -> dict[str, Any]:
     if all(type(value) is str for value in values.values()):
         return dict(values)
     return copy.deepcopy(values)
+
+
+def owned_annotations(
+        storage: ProgressStorage,
+        keys: Iterable[str],
+        handler_ids: Collection[HandlerId],
+) -> list[str]:
+    """
+    Which of these annotation keys are where this storage keeps these handlers' records, or their sub-handlers'.
+
+    Whatever their values are: a record that cannot be read is still ours.
+    Our key and the released Kopf's key forms count, and, for sub-handlers,
+    names that continue a handler's dotted id (``parent.child...``) under the
+    storage's prefix.
+    """
+    if not handler_ids:
+        return []
+    try:
+        exact, nested = _cached_record_keys(storage, tuple(handler_ids))
+    except TypeError:  # a custom storage that cannot be hashed
+        exact, nested = _record_keys(storage, tuple(handler_ids))
+    if not exact:
+        return []
+    owned: list[str] = []
+    for key in keys:
+        if key in exact:
+            owned.append(key)
+        elif nested:
+            prefix, name = conventions.split_key(key)
+            if any(prefix == where and name.startswith(start) for where, start in nested):
+                owned.append(key)
+    return owned
+
+
+def _record_keys(
+        storage: ProgressStorage,
+        handler_ids: tuple[HandlerId, ...],
+) -> tuple[frozenset[str], tuple[tuple[str | None, str], ...]]:
+    """The exact annotation keys of these handlers' records, and the (prefix, name start) of their sub-handlers'."""
+    exact: set[str] = set()
+    nested: set[tuple[str | None, str]] = set()
+    for child in _children(storage):
+        if isinstance(child, AnnotationsProgressStorage):
+            for handler_id in handler_ids:
+                exact.add(child.make_key(handler_id))
+                exact.update(conventions.kopf_keys(child.prefix, handler_id))
+                nested.add((child.prefix, f"{handler_id.replace('/', '.')}."))
+    return frozenset(exact), tuple(sorted(nested, key=lambda item: (item[0] or '', item[1])))
+
+
+_cached_record_keys = functools.lru_cache(maxsize=64)(_record_keys)
+
+
+def _status_fields(storage: ProgressStorage) -> list[dicts.FieldPath]:
+    """Where the status storages among this one keep their records."""
+    return [child.field for child in _children(storage) if isinstance(child, StatusProgressStorage)]
+
+
+def _children(storage: ProgressStorage) -> Iterable[ProgressStorage]:
+    """The storage itself, or the storages that a multi-storage is made of, recursively."""
+    if isinstance(storage, MultiProgressStorage):
+        for child in storage.storages:
+            yield from _children(child)
+    else:
+        yield storage
 
 
 def in_body(storage: ProgressStorage) -> bool:

@@ -14,9 +14,8 @@ objects in the middle of handling and nothing that succeeded runs again.
 from __future__ import annotations
 
 import abc
-import contextlib
 import logging
-from collections.abc import Collection, Iterable, Mapping, MutableMapping
+from collections.abc import Collection, Mapping, MutableMapping
 from types import TracebackType
 from typing import Any, cast
 
@@ -372,10 +371,14 @@ def _status_path(value: dicts.FieldSpec, *, name: str, what: str) -> dicts.Field
     path = dicts.parse_field(value.format(name=name) if isinstance(value, str) else value)
     if not path:
         raise ValueError(f"The status field for the {what} must not be empty (e.g. 'status.my-op.progress').")
+    if path[0] != 'status' or len(path) < 2:
+        # Anywhere else, the records would overwrite the object's own fields (and count as its changes).
+        raise ValueError(f"The status field for the {what} must be a field under 'status' "
+                         f"(e.g. 'status.my-op.progress'), not {dicts.format_field(path)!r}.")
     return path
 
 
-class MultiProgressStorage(ProgressStorage):
+class MultiProgressStorage(calls.EnteredTogether, ProgressStorage):
     """
     Several storages at once, e.g. to switch from one storage to another safely.
 
@@ -393,7 +396,6 @@ class MultiProgressStorage(ProgressStorage):
             if not isinstance(storage, ProgressStorage):
                 raise TypeError(f"Expected a kopf.ProgressStorage, got {storage!r}.")
         self.storages: tuple[ProgressStorage, ...] = tuple(storages)
-        self._stack: contextlib.AsyncExitStack | None = None
 
     def fetch(self, *, key: HandlerId, body: Body) -> MaybeAwaitable[ProgressRecord | None]:
         def steps() -> Steps[ProgressRecord | None]:
@@ -405,13 +407,13 @@ class MultiProgressStorage(ProgressStorage):
         return calls.drive(steps())
 
     def store(self, *, key: HandlerId, record: ProgressRecord, body: Body, patch: Patch) -> MaybeAwaitable[None]:
-        return calls.drive(_each(s.store(key=key, record=record, body=body, patch=patch) for s in self.storages))
+        return calls.drive(calls.each(s.store(key=key, record=record, body=body, patch=patch) for s in self.storages))
 
     def purge(self, *, key: HandlerId, body: Body, patch: Patch) -> MaybeAwaitable[None]:
-        return calls.drive(_each(s.purge(key=key, body=body, patch=patch) for s in self.storages))
+        return calls.drive(calls.each(s.purge(key=key, body=body, patch=patch) for s in self.storages))
 
     def touch(self, *, body: Body, patch: Patch, value: str | None) -> MaybeAwaitable[None]:
-        return calls.drive(_each(s.touch(body=body, patch=patch, value=value) for s in self.storages))
+        return calls.drive(calls.each(s.touch(body=body, patch=patch, value=value) for s in self.storages))
 
     def clear(self, *, essence: Essence) -> MaybeAwaitable[Essence]:
         def steps() -> Steps[Essence]:
@@ -422,11 +424,11 @@ class MultiProgressStorage(ProgressStorage):
         return calls.drive(steps())
 
     def flush(self) -> MaybeAwaitable[None]:
-        return calls.drive(_each(s.flush() for s in self.storages))
+        return calls.drive(calls.each(s.flush() for s in self.storages))
 
     def erase(self, *, body: Body) -> MaybeAwaitable[None]:
         """Pass the object's disappearance on to the children, which may keep state outside of it."""
-        return calls.drive(_each(s.erase(body=body) for s in self.storages))
+        return calls.drive(calls.each(s.erase(body=body) for s in self.storages))
 
     def list_records(
             self,
@@ -451,32 +453,6 @@ class MultiProgressStorage(ProgressStorage):
                 raise NotImplementedError
             return result
         return calls.drive(steps())
-
-    async def __aenter__(self) -> Self:
-        """Enter every child in order; if one fails, those already entered are exited."""
-        async with contextlib.AsyncExitStack() as stack:
-            for storage in self.storages:
-                await stack.enter_async_context(storage)
-            self._stack = stack.pop_all()
-        return self
-
-    async def __aexit__(
-            self,
-            exc_type: type[BaseException] | None,
-            exc_val: BaseException | None,
-            exc_tb: TracebackType | None,
-    ) -> None:
-        """Exit the children in reverse order."""
-        stack, self._stack = self._stack, None
-        if stack is not None:
-            await stack.__aexit__(exc_type, exc_val, exc_tb)
-
-
-def _each(results: Iterable[Any]) -> Steps[None]:
-    """Steps for calls whose results do not matter (only that they are awaited, in order)."""
-    for result in results:
-        _ = yield result  # what a call returned is of no use, only that it was awaited
-    return None
 
 
 class SmartProgressStorage(MultiProgressStorage):
@@ -531,7 +507,7 @@ class SmartProgressStorage(MultiProgressStorage):
     def touch(self, *, body: Body, patch: Patch, value: str | None) -> MaybeAwaitable[None]:
         # Wake-ups go through the first storage only; clearing the marker clears it everywhere (also Kopf's).
         targets = self.storages if value is None else self.storages[:1]
-        return calls.drive(_each(s.touch(body=body, patch=patch, value=value) for s in targets))
+        return calls.drive(calls.each(s.touch(body=body, patch=patch, value=value) for s in targets))
 
 
 def _forget_annotation(key: str, *, body: Body, patch: Patch) -> None:

@@ -4,6 +4,8 @@ Progress records: the serialisable form of one handler's state.
 The record is what storages keep between handling cycles. Decoding is strict
 about types, so that a hand-edited or corrupted record is reported and ignored
 rather than silently misread (e.g. ``"retries": "3"`` or ``"success": "no"``).
+Whatever a record holds, decoding it raises nothing but ``ValueError``: a
+record is data from outside, and no value of it may stop an object's handling.
 """
 from __future__ import annotations
 
@@ -42,14 +44,19 @@ _TIME_FIELDS = frozenset({'started', 'stopped', 'delayed'})
 
 def parse_time(value: str) -> datetime.datetime:
     """
-    Parse an ISO-8601 time into an aware UTC datetime.
+    Parse an ISO-8601 time into an aware UTC datetime; ``ValueError`` if it is none.
 
     Older versions wrote naive times (implicitly UTC); they are still accepted.
+    Times that exist only in another timezone (``0001-01-01T00:00:00+01:00``
+    is before the first representable UTC time) are not times for us either.
     """
     parsed = datetime.datetime.fromisoformat(value)
     if parsed.tzinfo is None:
         return parsed.replace(tzinfo=datetime.timezone.utc)
-    return parsed.astimezone(datetime.timezone.utc)
+    try:
+        return parsed.astimezone(datetime.timezone.utc)
+    except OverflowError:
+        raise ValueError(f"{value!r} is out of the range of representable UTC times") from None
 
 
 def format_time(value: datetime.datetime) -> str:
@@ -66,28 +73,48 @@ def decode_record(value: Any) -> ProgressRecord:
     with extra fields are still readable.
     """
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError as e:
-            raise ValueError(f"not valid JSON ({e})") from None
+        value = _parse_json(value)
     if not isinstance(value, Mapping):
         raise ValueError(f"expected a JSON object, got {type(value).__name__}")
     record: dict[str, Any] = {}
     for field, types in _FIELD_TYPES.items():
-        if field not in value or value[field] is None:
+        item = value.get(field)
+        if item is None:
             continue
-        item = value[field]
-        bad_int = field == 'retries' and (isinstance(item, bool) or not isinstance(item, int) or item < 0)
-        bad_list = field == 'subrefs' and not all(isinstance(ref, str) for ref in item)
-        if not isinstance(item, types) or bad_int or bad_list:
-            raise ValueError(f"field {field!r} has an invalid value {item!r}")
+        if not isinstance(item, types) or not _valid(field, item):
+            raise ValueError(f"field {field!r} has an invalid value {_shorten(item)}")
         if field in _TIME_FIELDS and isinstance(item, str):
             try:
                 parse_time(item)
             except ValueError:
-                raise ValueError(f"field {field!r} is not an ISO-8601 time: {item!r}") from None
+                raise ValueError(f"field {field!r} is not an ISO-8601 time of the years 1-9999 in UTC: "
+                                 f"{_shorten(item)}") from None
         record[field] = item
     return cast(ProgressRecord, record)
+
+
+def _parse_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("not valid JSON (nested too deeply)") from None
+    except ValueError as e:
+        raise ValueError(f"not valid JSON ({e})") from None
+
+
+def _valid(field: str, item: Any) -> bool:
+    """The checks beyond the type: non-negative retries (not booleans), a list of strings for subrefs."""
+    if field == 'retries':
+        return not isinstance(item, bool) and item >= 0
+    if field == 'subrefs':
+        return all(isinstance(ref, str) for ref in item)
+    return True
+
+
+def _shorten(value: Any, limit: int = 100) -> str:
+    """A value for a message: its repr, cut (messages go to logs, records may be large)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 1]}…"
 
 
 def encode_record(record: ProgressRecord, *, verbose: bool = False) -> str:
@@ -115,7 +142,7 @@ def looks_like_record(value: str) -> bool:
         return False  # without escapes, the key is there literally; e.g. essences are skipped without parsing
     try:
         data = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return isinstance(data, dict) and 'started' in data and set(data) <= _KNOWN_FIELDS
 

@@ -73,7 +73,7 @@ def operators(
     """Start ``kopf run`` processes for the test; all are stopped (or killed) afterwards."""
     started: list[OperatorProcess] = []
 
-    def start(script: str = 'tracing.py', **env: str) -> OperatorProcess:
+    def start(script: str = 'tracing.py', kubeconfig: Path = kubeconfig, **env: str) -> OperatorProcess:
         log = tmp_path / f"operator-{len(started)}.log"
         process = OperatorProcess(kopf_run(OPERATORS / script, namespace=namespace), kubeconfig=kubeconfig,
                                   env=env, log=log)

@@ -122,3 +122,36 @@ def test_peering_standalone_is_kopfs_spelling_of_the_mode():
     assert peering.mode == 'standalone'
     with pytest.raises(ValueError, match=r"set config\.peering\.mode to 'ha' or 'shards'"):
         peering.standalone = False
+
+
+@pytest.mark.parametrize('value', ['bad finalizer!!', 'Example.com/fin', 'a/b/c', '', 'x' * 64, 'ns/-fin'])
+def test_an_invalid_finalizer_is_refused_naming_it(value):
+    config = OperatorConfig()
+    with pytest.raises(ValueError, match=r"config\.persistence\.finalizer must be a valid finalizer name, got "):
+        config.persistence.finalizer = value
+    assert config.persistence.finalizer == 'kopf.zalando.org/KopfFinalizerMarker'
+
+
+@pytest.mark.parametrize('value', ['my-op.example.com/finalizer', 'simple-name', 'example.com/Fin_1.x'])
+def test_valid_finalizers_are_accepted(value):
+    config = OperatorConfig()
+    config.persistence.finalizer = value
+    assert config.persistence.finalizer == value
+
+
+@pytest.mark.parametrize('storage_class', [kopf.StatusProgressStorage, kopf.SmartProgressStorage])
+@pytest.mark.parametrize('field', ['metadata.name', 'spec', 'status', 'metadata.annotations.x'])
+def test_status_progress_storages_refuse_fields_outside_of_the_status(storage_class, field):
+    with pytest.raises(ValueError, match=f"must be a field under 'status' .* not '{field}'"):
+        storage_class(field=field)
+    with pytest.raises(ValueError, match=f"not '{field}'"):
+        kopf.StatusProgressStorage(touch_field=field)
+
+
+@pytest.mark.parametrize('field', ['metadata.annotations', 'spec.x', 'status'])
+def test_status_diffbase_storages_refuse_fields_outside_of_the_status(field):
+    with pytest.raises(ValueError, match=f"must be a field under 'status' .* not '{field}'"):
+        kopf.StatusDiffBaseStorage(field=field)
+    storage = kopf.StatusDiffBaseStorage()
+    with pytest.raises(ValueError, match=f"not '{field}'"):
+        storage.field = field

@@ -279,3 +279,68 @@ def test_decorator_type_names_describe_the_decorators():
     assert kopf.on.ActivityDecorator == handler_decorator
     assert kopf.on.ChangingDecorator == handler_decorator
     assert kopf.on.WatchingDecorator == handler_decorator
+
+
+@pytest.mark.parametrize('decorator', [
+    lambda **kw: kopf.on.create('kopfexamples', **kw),
+    lambda **kw: kopf.on.update('kopfexamples', field='spec.x', **kw),
+    lambda **kw: kopf.on.field('kopfexamples', field='spec.x', **kw),
+    lambda **kw: kopf.on.event('kopfexamples', **kw),
+    lambda **kw: kopf.on.event('kopfexamples', field='spec.x', **kw),
+    lambda **kw: kopf.on.startup(**kw),
+    lambda **kw: kopf.on.login(**kw),
+    lambda **kw: kopf.on.cleanup(**kw),
+    lambda **kw: kopf.on.probe(**kw),
+    lambda **kw: kopf.daemon('kopfexamples', **kw),
+    lambda **kw: kopf.timer('kopfexamples', interval=1, **kw),
+    lambda **kw: kopf.index('kopfexamples', **kw),
+    lambda **kw: kopf.on.validate('kopfexamples', **kw),
+    lambda **kw: kopf.on.mutate('kopfexamples', field='spec.x', **kw),
+], ids=['create', 'update-field', 'field', 'event', 'event-field', 'startup', 'login', 'cleanup', 'probe',
+        'daemon', 'timer', 'index', 'validate', 'mutate-field'])
+@pytest.mark.parametrize('id, error, message', [
+    (123, TypeError, r"A handler's id= must be a string, got int: 123 \(for tests\.unit\.test_on\.fn\)"),
+    ('', ValueError, r"A handler's id= must not be empty, got '' \(for tests\.unit\.test_on\.fn\)"),
+    ('  ', ValueError, r"must not be empty"),
+])
+def test_invalid_ids_are_refused_at_registration_naming_the_function(registry, decorator, id, error, message):
+    with pytest.raises(error, match=message):
+        decorator(id=id, registry=registry)(fn)
+    assert not registry.selectors
+    assert not registry.admission_selectors
+    assert not any(registry.get_activity_handlers(activity) for activity in Activity)
+
+
+@pytest.mark.parametrize('options, error, message', [
+    ({'retries': '3'}, TypeError, r"retries= must be a number, got str: '3'"),
+    ({'timeout': [1]}, TypeError, r"timeout= must be a number"),
+    ({'errors': 'bogus'}, ValueError, r"errors= must be a kopf.ErrorsMode .* got 'bogus'"),
+])
+@pytest.mark.parametrize('decorator', [
+    lambda **kw: kopf.on.create('kopfexamples', **kw),
+    lambda **kw: kopf.on.startup(**kw),
+    lambda **kw: kopf.daemon('kopfexamples', **kw),
+    lambda **kw: kopf.timer('kopfexamples', interval=1, **kw),
+    lambda **kw: kopf.index('kopfexamples', **kw),
+], ids=['create', 'startup', 'daemon', 'timer', 'index'])
+def test_invalid_options_are_refused_at_registration(registry, decorator, options, error, message):
+    with pytest.raises(error, match=message):
+        decorator(registry=registry, **options)(fn)
+
+
+def test_errors_modes_given_by_name_are_taken(registry):
+    kopf.on.create('kopfexamples', errors='permanent', registry=registry)(fn)
+    _, handler = only_changing(registry, Reason.CREATE)
+    assert handler.errors is ErrorsMode.PERMANENT
+
+
+async def test_invalid_sub_handler_ids_are_refused():
+    context = subhandling.SubhandlingContext(parent_id='parent', run=None)
+    token = subhandling.subhandling_context.set(context)
+    try:
+        with pytest.raises(TypeError, match="got int: 5"):
+            kopf.register(fn, id=5)
+        with pytest.raises(ValueError, match="must not be empty"):
+            kopf.register(fn, id='')
+    finally:
+        subhandling.subhandling_context.reset(token)

@@ -1,11 +1,13 @@
 """
 Activities: startup, cleanup and login handlers, retried in memory until each has finished.
 """
+import asyncio
+
 import pytest
 
-import kopf.on
+import kopf
 from kopf.errors import ActivityError, PermanentError, TemporaryError
-from kopf.reactor.activities import run_activity
+from kopf.reactor.activities import ActivityInterrupted, run_activity
 from kopf.storage.progress import AnnotationsProgressStorage, SmartProgressStorage
 
 from .conftest import logger, make_handler, names
@@ -67,3 +69,91 @@ async def test_activity_retries_are_limited_like_any_handler(registry, config):
 
 async def test_no_handlers_means_nothing_to_do(registry, config):
     assert await run_activity(registry=registry, activity='cleanup', config=config, memo=None, logger=logger) == {}
+
+
+async def test_a_stop_interrupts_a_handler_waiting_for_its_retry(registry, config):
+    calls = []
+    kopf.on.startup(id='waiting', registry=registry)(
+        make_handler(calls, 'waiting', failures=[TemporaryError('not yet', delay=600)]))
+    stop = asyncio.Event()
+    asyncio.get_running_loop().call_later(0.1, stop.set)
+
+    with pytest.raises(ActivityInterrupted, match='stopped while its startup handlers were running'):
+        await asyncio.wait_for(run_activity(registry=registry, activity='startup', config=config, memo=None,
+                                            logger=logger, stop=stop), timeout=5)
+    assert names(calls) == ['waiting']
+
+
+async def test_a_stop_cancels_a_running_async_handler(registry, config):
+    cancelled = []
+
+    @kopf.on.startup(registry=registry)
+    async def slow(**_):
+        try:
+            await asyncio.sleep(600)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+    stop = asyncio.Event()
+    asyncio.get_running_loop().call_later(0.1, stop.set)
+
+    with pytest.raises(ActivityInterrupted):
+        await run_activity(registry=registry, activity='startup', config=config, memo=None, logger=logger, stop=stop)
+    assert cancelled == [True]
+
+
+async def test_handlers_that_finish_are_not_interrupted(registry, config):
+    kopf.on.startup(id='quick', registry=registry)(lambda **_: 'done')
+    results = await run_activity(registry=registry, activity='startup', config=config, memo=None, logger=logger,
+                                 stop=asyncio.Event())
+    assert results == {'quick': 'done'}
+
+
+async def test_a_configuration_error_fails_the_activity_at_once_naming_the_line(registry, config, caplog):
+    calls = []
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings, **_):
+        calls.append('configure')
+        settings.persistence.progress_storage = 'annotations'
+
+    kopf.on.startup(id='other', registry=registry)(
+        make_handler(calls, 'other', failures=[TemporaryError('later', delay=600)]))
+
+    with pytest.raises(ActivityError) as info:
+        await asyncio.wait_for(run_activity(registry=registry, activity='startup', config=config, memo=None,
+                                            logger=logger), timeout=5)
+
+    assert calls == ['configure']  # neither retried, nor waiting for the others
+    message = str(info.value)
+    assert message.startswith(
+        f"Startup handlers have failed: {configure.__qualname__}: config.persistence.progress_storage must be a "
+        f"kopf.ProgressStorage, got str: 'annotations'. (test_activities.py, line ")
+    assert message.endswith(", in configure) This is a configuration error, not retried: "
+                            "fix it and start the operator again.")
+    assert not [r for r in caplog.records if r.exc_info]  # no traceback for what the message explains
+
+
+@pytest.mark.parametrize('build', [
+    lambda: kopf.AnnotationsProgressStorage(prefix='Not A Prefix'),
+    lambda: kopf.StatusProgressStorage(field='metadata.name'),
+], ids=['prefix', 'field'])
+async def test_invalid_storages_are_configuration_errors_too(registry, config, build):
+    calls = []
+
+    @kopf.on.startup(registry=registry)
+    def configure(**_):
+        calls.append(1)
+        build()
+
+    with pytest.raises(ActivityError, match='This is a configuration error'):
+        await run_activity(registry=registry, activity='startup', config=config, memo=None, logger=logger)
+    assert calls == [1]
+
+
+async def test_errors_of_the_handlers_own_code_are_retried_as_usual(registry, config):
+    calls = []
+    kopf.on.startup(id='own', backoff=0.01, registry=registry)(
+        make_handler(calls, 'own', failures=[ValueError('my own check failed')]))
+    await run_activity(registry=registry, activity='startup', config=config, memo=None, logger=logger)
+    assert names(calls) == ['own', 'own']

@@ -493,6 +493,36 @@ async def test_a_daemon_that_returns_is_not_restarted_and_its_result_and_patch_a
     assert cluster.raw['status']['once'] == {'finished': True}
 
 
+async def test_results_are_stored_as_plain_json_also_when_they_are_live_views(cluster, registry):
+    @kopf.daemon(*RESOURCE, registry=registry, id='echo')
+    async def echo(spec, **_):
+        return {'spec': spec, 'pair': (1, 2)}  # a live view of the object, and a tuple
+
+    await cluster.event('ADDED')
+    await eventually(lambda: cluster.daemon_patches)
+    assert cluster.raw['status']['echo'] == {'spec': dict(cluster.raw['spec']), 'pair': [1, 2]}
+
+
+async def test_a_result_that_cannot_be_stored_fails_the_call_but_keeps_its_patch(cluster, registry, caplog):
+    calls = []
+
+    @kopf.timer(*RESOURCE, registry=registry, id='tick', interval=0.01, backoff=0.05, retries=2)
+    def tick(patch, retry, **_):
+        calls.append(retry)
+        patch.metadata.annotations['ticked'] = str(len(calls))
+        return {'seen': {'a', 'b'}}
+
+    await cluster.event('ADDED')
+    await eventually(lambda: len(calls) == 2)
+    await eventually(lambda: cluster.raw['metadata']['annotations'].get('ticked') == '2')
+    assert calls == [0, 1]  # retried as a failure, not called again at its interval
+    assert 'tick' not in cluster.raw.get('status', {})
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("Timer 'tick' has returned a value that cannot be stored in status.tick: a value of type set "
+               "at ['seen']" in m for m in messages)
+    assert not any('could not be applied' in m for m in messages)
+
+
 # Timers.
 
 async def test_a_timer_is_called_every_interval_and_its_patches_are_applied(cluster, registry):

@@ -19,7 +19,7 @@ from kopf.errors import (
     PermanentError,
     TemporaryError,
 )
-from kopf.reactor.execution import attempt
+from kopf.reactor.execution import MAX_DELAY, MAX_RESULT_SIZE, attempt
 from kopf.reactor.progression import HandlerState
 from kopf.reactor.registries import DEFAULT_BACKOFF, ChangingHandler
 from kopf.structs.ids import HandlerId
@@ -263,3 +263,101 @@ async def test_retries_limit_the_number_of_attempts(server, registry, caplog):
     assert len(results) == 3  # a retry belongs to the next cycle, even without a delay
     assert results[-1].done
     assert any('3 attempt' in r.getMessage() and 'again' in r.getMessage() for r in caplog.records)
+
+
+# Retry delays within limits.
+
+@pytest.mark.parametrize('delay, expected', [
+    (10 ** 20, MAX_DELAY), (float('inf'), MAX_DELAY), (MAX_DELAY + 1, MAX_DELAY),
+    (float('nan'), DEFAULT_BACKOFF), ('5', DEFAULT_BACKOFF), (True, DEFAULT_BACKOFF),
+])
+async def test_retry_delays_beyond_a_day_or_not_numbers_are_replaced_and_reported(clock, caplog, delay, expected):
+    outcome = await outcome_of(raising(TemporaryError('later', delay=delay)), clock=clock)
+    assert not outcome.final and outcome.delay == expected
+    HandlerState.from_scratch(clock=clock).with_outcome(outcome)  # the state can be computed
+    assert any(r.levelno == logging.WARNING and "Handler 'h' asked for a retry" in r.getMessage()
+               for r in caplog.records)
+
+
+async def test_negative_delays_mean_now(clock):
+    outcome = await outcome_of(raising(TemporaryError('now', delay=-5)), clock=clock)
+    assert outcome.delay == 0
+
+
+async def test_a_huge_backoff_is_cut_to_a_day(clock):
+    outcome = await outcome_of(raising(ValueError('boom')), clock=clock, backoff=10 ** 30)
+    assert outcome.delay == MAX_DELAY
+
+
+# Results that can be stored, and those that cannot.
+
+class Custom:
+    pass
+
+
+@pytest.mark.parametrize('result, named', [
+    ({1, 2}, "a value of type set"),
+    (datetime.datetime(2020, 1, 1), "a value of type datetime.datetime"),
+    ({"items": [1, Custom()]}, "a value of type tests.unit.reactor.test_execution.Custom at ['items'][1]"),
+    ({'x': float('nan')}, "nan is not a JSON number at ['x']"),
+    ({('a', 'b'): 1}, "a key of type tuple"),
+    (b"bytes", "a value of type bytes"),
+])
+@pytest.mark.parametrize('mode, final, delay', [
+    (ErrorsMode.TEMPORARY, False, DEFAULT_BACKOFF),
+    (ErrorsMode.PERMANENT, True, None),
+])
+async def test_a_result_that_is_not_json_fails_the_handler_per_its_errors_mode(
+        server, registry, caplog, result, named, mode, final, delay):
+    calls = []
+    kopf.on.create(*RESOURCE, id='h', errors=mode, registry=registry)(make_handler(calls, 'h', result=result))
+
+    outcome = await server.cycle()
+
+    assert outcome.delay == delay and outcome.done is final
+    assert 'h' not in server.raw.get('status', {})
+    record = json.loads(server.annotations['kopf.zalando.org/h'] if not final else '{}')
+    assert final or (record.get('success') is None and named in record['message'])
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and errors[0].exc_info is None  # one line, no traceback
+    assert named in errors[0].getMessage() and 'status.h' in errors[0].getMessage()
+
+
+async def test_an_unstorable_result_of_an_ignoring_handler_is_dropped(server, registry):
+    calls = []
+    kopf.on.create(*RESOURCE, id='h', errors=ErrorsMode.IGNORED, registry=registry)(
+        make_handler(calls, 'h', result={1, 2}))
+    results = await server.run()
+    assert results[-1].done and len(calls) == 1
+    assert 'h' not in server.raw.get('status', {})
+
+
+async def test_views_of_the_object_and_tuples_are_stored_as_plain_json(server, registry):
+    kopf.on.create(*RESOURCE, id='h', registry=registry)(
+        lambda spec, **_: {'spec': spec, 'pair': (1, 2), 3: 'three'})
+    await server.run()
+    assert server.raw['status']['h'] == {'spec': {'field': 'x', 'other': 1}, 'pair': [1, 2], '3': 'three'}
+
+
+async def test_a_circular_result_is_refused(server, registry, caplog):
+    loop: dict = {}
+    loop['self'] = loop
+    kopf.on.create(*RESOURCE, id='h', errors=ErrorsMode.PERMANENT, registry=registry)(lambda **_: loop)
+    await server.run()
+    assert 'refers to itself' in caplog.text
+
+
+async def test_an_oversize_result_is_refused_before_it_is_sent(server, registry, caplog):
+    kopf.on.create(*RESOURCE, id='h', errors=ErrorsMode.PERMANENT, registry=registry)(
+        lambda **_: 'x' * (MAX_RESULT_SIZE + 1))
+    await server.run()
+    assert 'h' not in server.raw.get('status', {})
+    assert all(len(json.dumps(patch)) < MAX_RESULT_SIZE for patch in server.patches)
+    assert ("Handler 'h' has returned 524,291 bytes of JSON (512.0 KiB), more than the 512.0 KiB that a result "
+            "may have in status.h; it is not stored.") in caplog.text
+
+
+async def test_a_result_within_the_size_is_stored(server, registry):
+    kopf.on.create(*RESOURCE, id='h', registry=registry)(lambda **_: 'x' * (MAX_RESULT_SIZE - 10))
+    await server.run()
+    assert len(server.raw['status']['h']) == MAX_RESULT_SIZE - 10

@@ -15,7 +15,7 @@ from aiohttp import web
 
 import kopf
 from kopf.config import OperatorConfig
-from kopf.reactor import cycle, processing
+from kopf.reactor import cycle, execution, processing
 from kopf.reactor.cycle import HandlingResult
 from kopf.reactor.indexing import OperatorIndexes
 from kopf.reactor.registries import OperatorRegistry
@@ -272,3 +272,242 @@ async def test_handlers_get_the_served_resource_and_the_operators_indexes(contex
     assert kwargs['resource'] == RESOURCE
     assert isinstance(kwargs['resource'], kopf.Resource)
     assert kwargs['names'] is indexes['names']
+
+
+def status(code, reason, message, **details):
+    return json.dumps({'kind': 'Status', 'code': code, 'reason': reason, 'message': message,
+                       **({'details': details} if details else {})})
+
+
+def errors_in(caplog):
+    return [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_credentials_refused_after_logging_in_again_end_the_cycle_with_one_line(
+        aresponses, host, watch, result, caplog):
+    result(PROGRESS)
+    aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=401, text=status(401, 'Unauthorized', 'no')))
+    outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
+    assert outcome.delay == processing.REJECTED_PATCH_DELAY
+    [error] = errors_in(caplog)
+    assert error.exc_info is None
+    assert error.getMessage().startswith("Cannot store the outcome of the handling: the Kubernetes API refuses "
+                                         "the operator's credentials, also after logging in again (401 Unauthorized")
+
+
+async def test_throttling_beyond_the_clients_patience_ends_the_cycle_with_one_line(
+        aresponses, host, watch, result, caplog):
+    watch.context.throttle_retries = 0
+    result(PROGRESS)
+    aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=429, text=status(429, 'TooManyRequests', 'slow'),
+                                                            headers={'Retry-After': '1'}))
+    outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
+    assert outcome.delay == processing.REJECTED_PATCH_DELAY
+    [error] = errors_in(caplog)
+    assert error.exc_info is None
+    assert 'keeps throttling the operator (429 TooManyRequests: slow' in error.getMessage()
+    assert 'also after waiting 0 times as it asked' in error.getMessage()
+
+
+async def test_a_forbidden_patch_names_the_verb_and_the_resource(aresponses, host, watch, result, caplog):
+    result(PROGRESS)
+    message = ('kopfexamples.kopf.dev "ex" is forbidden: User "op" cannot patch resource "kopfexamples" '
+               'in API group "kopf.dev" in the namespace "ns"')
+    aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=403, text=status(403, 'Forbidden', message)))
+    outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
+    assert outcome.delay == processing.REJECTED_PATCH_DELAY
+    [error] = errors_in(caplog)
+    assert error.exc_info is None
+    assert 'The operator may not patch kopfexamples: 403 Forbidden: ' in error.getMessage()
+    assert 'cannot patch resource "kopfexamples"' in error.getMessage()
+    assert "Grant it the 'patch' verb on kopfexamples (and on kopfexamples/status)" in error.getMessage()
+
+
+async def test_a_forbidden_status_loses_the_results_only(aresponses, host, watch, result, caplog):
+    sent = []
+    result(COMBINED, delay=2, essential=PROGRESS, extras=('status.fn',))
+    aresponses.add(host, PATH, 'PATCH', patched(sent, '5'))
+    aresponses.add(host, f'{PATH}/status', 'PATCH', aresponses.Response(
+        status=403, text=status(403, 'Forbidden', 'cannot patch resource "kopfexamples/status"')))
+    aresponses.add(host, PATH, 'PATCH', patched(sent, '6'))
+    outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
+    assert sent == [PROGRESS, PROGRESS]
+    assert outcome.delay == 2 and outcome.resource_version == '6'
+    [error] = errors_in(caplog)
+    assert 'The server refused the patch: 403 Forbidden' in error.getMessage()
+    assert 'Not stored: status.fn' in error.getMessage()
+
+
+@pytest.mark.parametrize('code, reason, message', [
+    (400, 'BadRequest', 'the body of the request was in an unknown format'),
+    (413, 'RequestEntityTooLarge', 'the request is too large'),
+    (500, 'InternalError', 'etcdserver: request is too large'),
+])
+async def test_other_refusals_of_a_result_are_reported_once_not_retried(
+        aresponses, host, watch, result, caplog, code, reason, message):
+    sent = []
+    result(COMBINED, delay=2, essential=PROGRESS, extras=('status.fn',))
+    for _ in range(3 if code >= 500 else 1):  # a 5xx is retried by the client itself (twice here)
+        aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=code, text=status(code, reason, message)))
+    aresponses.add(host, PATH, 'PATCH', patched(sent, '5'))
+    outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
+    assert sent == [PROGRESS]
+    assert outcome.delay == 2
+    [error] = errors_in(caplog)
+    assert message in error.getMessage() and 'Not stored: status.fn' in error.getMessage()
+    assert 'Failed to patch the object' not in caplog.text  # not retried as if transient
+
+
+async def test_a_patch_too_large_is_not_sent_with_the_results(aresponses, host, watch, result, caplog):
+    sent = []
+    huge = {**PROGRESS, 'status': {'fn': 'x' * (processing.MAX_PATCH_SIZE + 1)}}
+    result(huge, delay=2, essential=PROGRESS, extras=('status.fn',))
+    aresponses.add(host, PATH, 'PATCH', patched(sent, '5'))
+    outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
+    assert sent == [PROGRESS]
+    assert outcome.delay == 2
+    [error] = errors_in(caplog)
+    assert error.getMessage().startswith('The patch is too large to be sent (1,048,669 bytes; at most 1,048,576). '
+                                         'Not stored: status.fn.')
+
+
+async def test_a_rejection_never_dumps_the_object(aresponses, host, watch, result, caplog):
+    dump = 'map[string]interface {}{"apiVersion":"kopf.dev/v1", ' + '"x": "y", ' * 200 + '}'
+    causes = [{'reason': 'FieldValueInvalid', 'field': 'status.fn', 'message': 'Invalid value: "s": must be integer'},
+              {'reason': 'FieldValueInvalid', 'field': '<nil>', 'message': f'Invalid value: {dump}'}]
+    result(COMBINED, essential=PROGRESS, extras=('status.fn',))
+    aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=422, text=status(
+        422, 'Invalid', f'KopfExample "ex" is invalid: status.fn: must be integer, <nil>: {dump}', causes=causes)))
+    aresponses.add(host, PATH, 'PATCH', patched([], '5'))
+    await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
+    [error] = errors_in(caplog)
+    assert 'status.fn: Invalid value: "s": must be integer' in error.getMessage()
+    assert len(error.getMessage()) < 600
+
+
+async def test_unexpected_failures_name_the_object_and_the_handlers_and_the_object_is_retried(
+        monkeypatch, watch, caplog):
+    async def failing_cycle(**_):
+        execution.attempted.get().extend(['create_fn', 'other_fn'])
+        raise RuntimeError('the storage is down')
+    monkeypatch.setattr(cycle, 'handle_object', failing_cycle)
+    outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
+    assert outcome == processing.ProcessingOutcome(delay=processing.FAILURE_DELAY)
+    [error] = errors_in(caplog)
+    assert error.getMessage() == (
+        "The handling of KopfExample ns/ex has failed after running the handlers 'create_fn', 'other_fn': "
+        "RuntimeError: the storage is down. Their outcomes are not stored: they will run again. "
+        "Retrying in 60s or on the next change.")
+    assert error.exc_info is not None  # the first time, with the traceback: it may be a bug to report
+
+
+async def test_repeated_identical_failures_are_reported_rarely_with_a_count(monkeypatch, watch, caplog):
+    now = [0.0]
+    watch.repeats.clock = lambda: now[0]
+
+    async def failing_cycle(**_):
+        raise RuntimeError('the storage is down')
+    monkeypatch.setattr(cycle, 'handle_object', failing_cycle)
+    for _ in range(5):
+        await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
+    assert len(errors_in(caplog)) == 1
+    now[0] += watch.repeats.interval
+    await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
+    errors = errors_in(caplog)
+    assert len(errors) == 2
+    assert 'the same failure 4 more time(s) before, not logged' in errors[1].getMessage()
+
+
+async def test_a_first_sight_that_failed_is_still_the_first_sight(monkeypatch, watch):
+    seen = []
+
+    async def failing_once(first_seen, **_):
+        seen.append(first_seen)
+        if len(seen) == 1:
+            raise RuntimeError('once')
+        return HandlingResult(patch=Patch(), delay=None, cause='resume', done=True)
+    monkeypatch.setattr(cycle, 'handle_object', failing_once)
+    await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
+    await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
+    await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
+    assert seen == [True, True, False]
+
+
+async def test_a_refusal_of_the_same_object_is_not_repeated_in_the_log(aresponses, host, watch, result, caplog):
+    result(PROGRESS)
+    for _ in range(3):
+        aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=403, text=status(403, 'Forbidden', 'no')))
+        outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
+        assert outcome.delay == processing.REJECTED_PATCH_DELAY
+    assert len(errors_in(caplog)) == 1
+
+
+def concluding(sent):
+    """A PATCH handler that remembers where each part went, and answers with the object as patched."""
+    async def handler(request):
+        body = await request.json()
+        sent.append((request.path, body))
+        meta = raw('5')['metadata']
+        return web.json_response({**raw('5'), **body, 'metadata': {
+            **meta, 'annotations': {**meta['annotations'], **body.get('metadata', {}).get('annotations', {})}}})
+    return handler
+
+
+def annotation_budget_registry(annotation_size, *, spec_size=0, result='ok'):
+    registry = OperatorRegistry()
+
+    @kopf.on.create('kopfexamples', id='create_fn', registry=registry)
+    def create_fn(patch, **_):
+        patch.metadata.annotations['example.com/big'] = 'a' * annotation_size
+        if spec_size:
+            patch.spec['big'] = 'b' * spec_size
+        return result
+
+    return registry
+
+
+async def test_the_annotation_budget_decides_first_then_the_size_limit_refuses_only_what_is_still_too_large(
+        aresponses, host, context, caplog):
+    # 300 KB of annotations do not fit into the 256 KiB budget; without them, the rest is still over 1 MiB.
+    registry = annotation_budget_registry(300_000, spec_size=600_000, result='r' * 500_000)
+    watch = processing.ResourceWatch(context=context, resource=RESOURCE, selector=Selector.from_args('kopfexamples'),
+                                     registry=registry, config=OperatorConfig(), memo=None)
+    sent = []
+    aresponses.add(host, PATH, 'PATCH', concluding(sent))
+    outcome = await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
+
+    # The handler's progress (here: the cause concluded with the diff-base) lands, alone.
+    [(path, body)] = sent
+    assert path == PATH
+    assert set(body['metadata']['annotations']) == {'kopf.zalando.org/last-handled-configuration'}
+    assert 'spec' not in body and 'status' not in body
+    assert outcome.resource_version == '5'
+
+    # Each limit reports what it left out, and nothing twice.
+    budget_error, size_error = [r.getMessage() for r in errors_in(caplog)]
+    assert "would take" in budget_error and "over Kubernetes' limit of 262144 bytes" in budget_error
+    assert "the handlers' annotations were not stored: example.com/big" in budget_error
+    assert size_error.startswith("The patch is too large to be sent (")
+    assert "at most 1,048,576). Not stored: status.create_fn, spec.big. " in size_error
+    assert size_error.endswith("The handlers' progress is stored without it; they are not run again.")
+    assert 'example.com/big' not in size_error
+
+
+async def test_what_the_annotation_budget_leaves_out_does_not_make_the_patch_too_large(
+        aresponses, host, context, caplog):
+    # 1.1 MB in one annotation: the budget leaves it out, so the rest of the patch fits and is sent.
+    registry = annotation_budget_registry(1_100_000)
+    watch = processing.ResourceWatch(context=context, resource=RESOURCE, selector=Selector.from_args('kopfexamples'),
+                                     registry=registry, config=OperatorConfig(), memo=None)
+    sent = []
+    aresponses.add(host, PATH, 'PATCH', concluding(sent))
+    aresponses.add(host, f'{PATH}/status', 'PATCH', concluding(sent))
+    await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
+
+    [(main_path, main), (status_path, status_part)] = sent
+    assert main_path == PATH and status_path == f'{PATH}/status'
+    assert set(main['metadata']['annotations']) == {'kopf.zalando.org/last-handled-configuration'}
+    assert status_part == {'status': {'create_fn': 'ok'}}  # the result is stored
+    [budget_error] = [r.getMessage() for r in errors_in(caplog)]
+    assert "the handlers' annotations were not stored: example.com/big" in budget_error
+    assert 'too large to be sent' not in caplog.text

@@ -299,3 +299,23 @@ async def test_a_lost_patch_event_is_given_up_on_with_a_warning(monkeypatch, cap
     await watch_objects(stream=feed(events, hold=0.5), processor=processor, settings=Settings(exit_timeout=0.1))
     assert seen == [('1', False), ('5', True)]
     assert "has not arrived" in caplog.text
+
+
+async def test_a_failed_worker_names_its_object_and_the_same_failure_is_not_repeated(caplog):
+    async def processor(raw_event, woken_up):
+        raise RuntimeError('boom')
+
+    def named(rv):
+        return {'type': 'MODIFIED', 'object': {'kind': 'KopfExample', 'metadata': {
+            'uid': 'u1', 'name': 'ex', 'namespace': 'ns', 'resourceVersion': str(rv)}}}
+
+    await watch_objects(stream=feed([named(1), 0.1, named(2), 0.1, named(3)], hold=0.1),
+                        processor=processor, settings=Settings(batch_window=0.01))
+    errors = [r.getMessage() for r in caplog.records if r.levelname == 'ERROR']
+    assert errors == ["The worker for KopfExample ns/ex (uid u1) has failed: RuntimeError: boom. "
+                      "Its next event starts a new one."]
+
+
+def test_objects_are_described_by_kind_namespace_name_and_uid():
+    assert queueing.describe(event('u1', 1)) == 'u1 (uid u1)'
+    assert queueing.describe({'object': {'kind': 'Node', 'metadata': {'name': 'n1'}}}) == 'Node n1'

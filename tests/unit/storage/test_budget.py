@@ -104,11 +104,13 @@ def test_the_handlers_own_annotations_give_way_to_the_progress(caplog):
     ours = {'kopf.zalando.org/h0': json.dumps({'started': '2020-01-01T00:00:00+00:00', 'success': True})}
     patch = Patch({'metadata': {'annotations': {**ours, 'user/huge': 'u' * 70_000}}, 'status': {'h0': 'result'}})
     essential = Patch({'metadata': {'annotations': dict(ours)}})
-    fitted = budget.fit(body=body, patch=patch, essential=essential, extras=('status.h0', 'metadata.annotations'),
+    fitted = budget.fit(body=body, patch=patch, essential=essential,
+                        extras=('status.h0', 'metadata.annotations.user/huge'),
                         diffbase=kopf.AnnotationsDiffBaseStorage(), logger=logger)
     assert fitted.patch['metadata']['annotations'] == ours
     assert fitted.patch['status'] == {'h0': 'result'}  # results do not count against annotations
     assert fitted.essential == essential
+    assert fitted.extras == ('status.h0',)  # what the patch still carries beyond the essential part
     assert "annotations were not stored: user/huge" in caplog.text
 
 

@@ -193,13 +193,19 @@ async def test_records_are_listed_by_their_handler_ids(progress):
     assert await progress.list_records(body=obj()) == {'fn': RECORD, 'parent/child': RECORD}
 
 
-async def test_an_unreadable_record_is_reported_and_treated_as_absent(api, progress, caplog):
+@pytest.mark.parametrize('value, reason', [
+    ('not json', 'not valid JSON'),
+    ('[' * 100_000 + ']' * 100_000, 'nested too deeply'),
+    ('{"handler": "fn", "record": {"subrefs": 5}}', "field 'subrefs' has an invalid value 5"),
+])
+async def test_an_unreadable_record_is_reported_and_treated_as_absent(api, progress, caplog, value, reason):
     await progress.store(key='fn', record=RECORD, body=obj(), patch=Patch())
     await progress.flush()
     [key] = api.objects[('ns1', 'kopf-uid-1')]['data']
-    api.objects[('ns1', 'kopf-uid-1')]['data'][key] = 'not json'
+    api.objects[('ns1', 'kopf-uid-1')]['data'][key] = value
     assert await progress.fetch(key='fn', body=obj()) is None
     assert 'unreadable' in caplog.text and 'KopfExample ns1/ex1' in caplog.text
+    assert reason in caplog.text
 
 
 async def test_a_namespace_of_their_own_has_no_owner_reference_for_namespaced_objects(api):
