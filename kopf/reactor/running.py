@@ -296,6 +296,10 @@ def _api_context(info: ConnectionInfo, *, config: OperatorConfig, relogin: auth.
     if networking.max_concurrent_requests < 1:
         raise OperatorError(f"config.networking.max_concurrent_requests must be at least 1, "
                             f"got {networking.max_concurrent_requests!r}.")
+    idle = networking.idle_connection_timeout
+    if idle is not None and (isinstance(idle, bool) or not isinstance(idle, (int, float)) or idle <= 0):
+        raise OperatorError(f"config.networking.idle_connection_timeout must be a positive number of seconds "
+                            f"(or None to keep idle connections open), got {idle!r}.")
     return APIContext(info, timeout=networking.request_timeout, connect_timeout=networking.connect_timeout,
                       keepalive=networking.tcp_keepalive, backoffs=networking.error_backoffs or (),
                       max_retry_after=networking.max_retry_after, throttle_retries=networking.throttle_retries,

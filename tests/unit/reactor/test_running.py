@@ -235,6 +235,21 @@ async def test_the_api_session_takes_the_request_limit_from_the_config():
     assert context._request_slots._value == 7
 
 
+async def test_the_api_session_takes_the_idle_connection_timeout_from_the_config():
+    config = OperatorConfig()
+    config.networking.idle_connection_timeout = 2.5
+    context = running._api_context(kopf.ConnectionInfo(server='https://k8s:6443'), config=config, relogin=None)
+    assert context.idle_timeout == 2.5
+
+
+@pytest.mark.parametrize('value', [0, -1, 'soon', True])
+def test_a_bad_idle_connection_timeout_is_refused_with_the_setting_named(value):
+    config = OperatorConfig()
+    config.networking.idle_connection_timeout = value
+    with pytest.raises(running.OperatorError, match=r'config\.networking\.idle_connection_timeout .* got '):
+        running._api_context(kopf.ConnectionInfo(server='https://k8s:6443'), config=config, relogin=None)
+
+
 def test_a_request_limit_below_one_is_refused_with_the_setting_named():
     config = OperatorConfig()
     config.networking.max_concurrent_requests = 0
