@@ -38,7 +38,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmarks import procstats, sidebyside  # noqa: E402
-from benchmarks.traced_operator import FRAMES_ENV, PROFILE_ENV, SNAPSHOT_DIR_ENV  # noqa: E402
+from benchmarks.traced_operator import FRAMES_ENV, PROFILE_ENV, REGIONS_ENV, SNAPSHOT_DIR_ENV  # noqa: E402
 from tests.e2e.controlplane import ControlPlane  # noqa: E402
 
 # --------------------------------------------------------------------------------------------- #
@@ -61,11 +61,12 @@ async def _snapshot(operator: sidebyside.OperatorProcess, directory: Path, index
 
 
 async def measure(plane: ControlPlane, options: sidebyside.Options, directory: Path,
-                  frames: int, profile: bool = False) -> list[dict[str, Any]]:
+                  frames: int, profile: bool = False, regions: bool = False) -> list[dict[str, Any]]:
     framework = sidebyside.Framework(
         'ours', (sys.executable, '-m', 'benchmarks.traced_operator'),
         tuple({**os.environ, 'PYTHONPATH': str(REPO), SNAPSHOT_DIR_ENV: str(directory),
                FRAMES_ENV: str(frames), **({PROFILE_ENV: str(directory / 'profile.out')} if profile else {}),
+               **({REGIONS_ENV: '1'} if regions else {}),
                }.items()))
     api = sidebyside.Api(plane.server, plane.ssl_context())
     namespace = f'memory-{os.getpid()}'
@@ -92,7 +93,7 @@ async def measure(plane: ControlPlane, options: sidebyside.Options, directory: P
                                                      what="all objects to be fully handled")
                 await creation
                 snapshots.append(await _snapshot(operator, directory, 1))
-                await sidebyside.wait_until_idle(operator, since=last, settle=options.settle,
+                await sidebyside.wait_until_idle(operator, since=last, settle=options.idle_settle,
                                                  window=options.quiet_window, timeout=600)
                 snapshots.append(await _snapshot(operator, directory, 2))
                 os.kill(operator.pid, signal.SIGUSR2)
@@ -152,19 +153,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="traceback depth of tracemalloc (slower if > 1; 0: no tracemalloc, only RSS)")
     parser.add_argument('--top', type=int, default=25)
     parser.add_argument('--profile', action='store_true', help="also profile the operator's CPU with cProfile")
-    parser.add_argument('--settle', type=float, default=8.0,
+    parser.add_argument('--regions', action='store_true',
+                        help="also list the objects that live, when idle, in 1 MiB regions not used when ready "
+                             "(what keeps pymalloc's arenas; slow)")
+    parser.add_argument('--settle', type=float, default=sidebyside.Options.idle_settle,
                         help="seconds after the last handled object before the idle snapshot")
     parser.add_argument('--keep', type=Path, help="keep the snapshots and the log in this directory")
     args = parser.parse_args(argv)
     options = sidebyside.Options(objects=args.objects, handlers=args.handlers, lifecycle=args.lifecycle,
-                                 frameworks=('ours',), settle=args.settle)
+                                 frameworks=('ours',), idle_settle=args.settle)
     directory = args.keep or Path(tempfile.mkdtemp(prefix='kopf-memory-'))
     directory.mkdir(parents=True, exist_ok=True)
 
     async def run() -> list[dict[str, Any]]:
         plane = await asyncio.to_thread(ControlPlane().start)
         try:
-            return await measure(plane, options, directory, args.frames, args.profile)
+            return await measure(plane, options, directory, args.frames, args.profile, args.regions)
         finally:
             sidebyside._kill_all_live()
             await asyncio.to_thread(plane.stop)
@@ -186,6 +190,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         report_diff(directory, 'peak', 1, args.objects, args.top, key)
         report_diff(directory, 'idle', 2, args.objects, args.top, key)
     report_census(snapshots, args.objects, args.top)
+    if args.regions:
+        print(f"\n== idle: live objects in 1 MiB regions not used when ready (by type and allocation"
+              f"{'' if args.frames else '; run with --frames 3 to see where they were allocated'}):")
+        for what, count in snapshots[2]['in_new_regions'][:args.top]:
+            print(f"  {count:>7}  {what}")
     if args.profile:
         print(f"\n== CPU profile of the whole operator run (cProfile), the top {args.top} by own time:")
         stats = pstats.Stats(str(directory / 'profile.out'), stream=sys.stdout)

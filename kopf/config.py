@@ -198,7 +198,9 @@ class NetworkingConfig:
     as the server asks in ``Retry-After`` (at most ``max_retry_after``
     seconds), up to ``throttle_retries`` times per request. At most
     ``max_concurrent_requests`` requests are in flight at once (watch
-    streams apart); the others wait for a free slot.
+    streams apart); the others wait for a free slot. Pooled connections that
+    have carried no request for ``idle_connection_timeout`` seconds are
+    closed, and their buffers freed (``None``: kept open).
     """
 
     request_timeout: float | None = 60.0
@@ -208,6 +210,7 @@ class NetworkingConfig:
     max_retry_after: float = 60.0
     throttle_retries: int = 20
     max_concurrent_requests: int = 32
+    idle_connection_timeout: float | None = 5.0
 
 
 @dataclasses.dataclass

@@ -55,6 +55,9 @@ TOKEN_FILE_CHECK_INTERVAL = 1.0  # seconds between checks whether a token file h
 # parallelism more of them only queue there, while every extra TLS connection costs the
 # operator a handshake and ~300 KB of buffers that stay with the process afterwards.
 MAX_CONCURRENT_REQUESTS = 32
+# Pooled connections unused for so long are closed, and their buffers freed: after a burst of work, the
+# operator's memory returns to what it needs when idle. A new connection costs one TLS handshake.
+IDLE_CONNECTION_TIMEOUT = 5.0
 
 
 def make_ssl_context(info: ConnectionInfo) -> ssl.SSLContext:
@@ -136,6 +139,10 @@ class APIContext:
     The credentials may also be a login handler's own session
     (:class:`~kopf.structs.credentials.AiohttpSession`): it is used as it
     is, and closed with the context.
+
+    Pooled connections that have carried no request for ``idle_timeout``
+    seconds are closed (``None``: kept open): each holds buffers of a few
+    hundred KiB, and after a burst of work they are not needed.
     """
 
     def __init__(
@@ -153,6 +160,7 @@ class APIContext:
             max_retry_after: float = 60.0,
             relogin: Relogin | None = None,
             max_concurrent_requests: int = MAX_CONCURRENT_REQUESTS,
+            idle_timeout: float | None = IDLE_CONNECTION_TIMEOUT,
             logger: Logger | None = None,
     ) -> None:
         self._provided: aiohttp.ClientSession | None = None  # a login handler's own session, if any
@@ -165,6 +173,7 @@ class APIContext:
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.keepalive = keepalive
+        self.idle_timeout = idle_timeout
         self.throttle_retries = throttle_retries
         self.max_retry_after = max_retry_after
         self.relogin = relogin
@@ -231,7 +240,8 @@ class APIContext:
         if info.insecure:
             self.logger.warning("TLS verification of %s is disabled (insecure-skip-tls-verify).", self.server)
         factory = keepalive_socket_factory(self.keepalive) if self.keepalive else None
-        connector = aiohttp.TCPConnector(ssl=ssl_context, limit=0, socket_factory=factory)
+        connector = aiohttp.TCPConnector(ssl=ssl_context, limit=0, socket_factory=factory,
+                                         keepalive_timeout=self.idle_timeout or None)
         headers = {'User-Agent': 'kopf', 'Accept': 'application/json'}
         return aiohttp.ClientSession(connector=connector, headers=headers, trust_env=info.trust_env)
 

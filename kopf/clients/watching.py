@@ -13,9 +13,11 @@ lose them, the watcher remembers the objects it has seen, and after a relist
 yields a synthetic ``DELETED`` for each one missing from the new listing —
 before the listing itself, so that a re-created object of the same name is not
 mistaken for gone. Such synthetic events carry the last seen ``apiVersion``,
-``kind`` and ``metadata`` of the object (without ``managedFields``), but no
-``spec`` or ``status``: keeping full copies of every watched object would cost
-too much memory, and a gone object needs no handling beyond its identity.
+``kind``, identity (``name``, ``namespace``, ``uid``), ``resourceVersion``
+and ``labels`` of the object, but no annotations, ``spec`` or ``status``: a
+gone object needs no handling beyond its identity, and the watcher keeps what
+it remembers of every watched object small -- a few strings, most of them
+shared -- since it is kept for as long as the object exists.
 """
 from __future__ import annotations
 
@@ -266,18 +268,22 @@ class _Tracker:
     def __init__(self, log: Logger) -> None:
         self.log = log
         self.resource_version: str | None = None
-        self.known: dict[str, dict[str, Any]] | None = None
+        self.known: dict[str, _Stub] | None = None  # by identity; None until the first listing
+        self._shared = _Shared()
 
     def relisted(self, items: list[dict[str, Any]], resource_version: str) -> list[RawEvent]:
         """Events for a fresh listing: synthetic deletions of vanished objects, then the listing."""
-        fresh = {_identity(item): _stub(item) for item in items}
+        previous = self.known
+        self._shared = _Shared()  # only the values that are still in use are shared from now on
+        self.known = {}
+        for item in items:
+            self._remember(item)
         events: list[RawEvent] = []
-        if self.known is not None:
-            for key, stub in self.known.items():
-                if key not in fresh:
-                    events.append({'type': 'DELETED', 'object': stub})
+        if previous is not None:
+            for key, stub in previous.items():
+                if key not in self.known:
+                    events.append({'type': 'DELETED', 'object': stub.revive()})
         events.extend({'type': None, 'object': item} for item in items)
-        self.known = fresh
         self.resource_version = resource_version
         return events
 
@@ -302,20 +308,94 @@ class _Tracker:
             if kind == 'DELETED':
                 self.known.pop(_identity(obj), None)
             else:
-                self.known[_identity(obj)] = _stub(obj)
+                self._remember(obj)
         return {'type': kind, 'object': obj}
+
+    def _remember(self, obj: Mapping[str, Any]) -> None:
+        assert self.known is not None
+        key = _identity(obj)
+        stub = self.known.get(key)
+        if stub is None:
+            stub = self.known[key] = _Stub()
+        stub.update(obj, key=key, shared=self._shared)
+
+
+class _Shared:
+    """
+    One copy of each value that many objects have in common (``apiVersion``, ``kind``, namespaces).
+
+    Only for values of few kinds: made anew at every relisting, and emptied
+    when it grows big anyway, so that it never keeps values of objects long
+    gone.
+    """
+
+    LIMIT = 1000
+
+    def __init__(self) -> None:
+        self._values: dict[str, str] = {}
+
+    def __call__(self, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        if len(self._values) >= self.LIMIT and value not in self._values:
+            self._values.clear()
+        return self._values.setdefault(value, value)
+
+
+class _Stub:
+    """
+    What the watch remembers of one existing object, to report it as deleted should it vanish unseen.
+
+    It lives as long as the object, so it is as small as it can be: a few
+    references in a slotted object, to strings of which most are shared or
+    kept anyway (the uid is the key of :attr:`_Tracker.known`). It is updated
+    in place, so that an event of a known object allocates nothing that stays
+    but its new ``resourceVersion``.
+    """
+
+    __slots__ = ('api_version', 'kind', 'labels', 'name', 'namespace', 'resource_version', 'uid')
+
+    def __init__(self) -> None:
+        self.api_version: Any = _MISSING
+        self.kind: Any = _MISSING
+        self.name: Any = _MISSING
+        self.namespace: Any = _MISSING
+        self.uid: Any = _MISSING
+        self.resource_version: Any = _MISSING
+        self.labels: Any = _MISSING
+
+    def update(self, obj: Mapping[str, Any], *, key: str, shared: _Shared) -> None:
+        """Remember the object as this event shows it; equal strings already kept are kept, not replaced."""
+        meta = obj.get('metadata') or {}
+        name = meta.get('name', _MISSING)
+        uid = meta.get('uid', _MISSING)
+        self.api_version = shared(obj.get('apiVersion', _MISSING))
+        self.kind = shared(obj.get('kind', _MISSING))
+        self.namespace = shared(meta.get('namespace', _MISSING))
+        self.name = self.name if self.name == name else name
+        self.uid = key if uid == key else self.uid if self.uid == uid else uid
+        self.resource_version = meta.get('resourceVersion', _MISSING)
+        self.labels = meta.get('labels') or _MISSING
+
+    def revive(self) -> dict[str, Any]:
+        """The object as a synthetic ``DELETED`` event carries it."""
+        fields = {'name': self.name, 'namespace': self.namespace, 'uid': self.uid,
+                  'resourceVersion': self.resource_version, 'labels': self.labels}
+        obj: dict[str, Any] = {'apiVersion': self.api_version, 'kind': self.kind,
+                               'metadata': {k: v for k, v in fields.items() if v is not _MISSING}}
+        return {k: v for k, v in obj.items() if v is not _MISSING}
+
+
+class _MissingType(enum.Enum):
+    MISSING = 'missing'
+
+
+_MISSING = _MissingType.MISSING
 
 
 def _identity(obj: Mapping[str, Any]) -> str:
     meta = obj.get('metadata') or {}
     return str(meta.get('uid') or f"{meta.get('namespace') or ''}/{meta.get('name') or ''}")
-
-
-def _stub(obj: Mapping[str, Any]) -> dict[str, Any]:
-    meta = {key: value for key, value in (obj.get('metadata') or {}).items() if key != 'managedFields'}
-    stub = {key: obj[key] for key in ('apiVersion', 'kind') if key in obj}
-    stub['metadata'] = meta
-    return stub
 
 
 class _StoppedType(enum.Enum):

@@ -21,7 +21,7 @@ from kopf.clients import auth, discovery, events, watching
 from kopf.clients.auth import APIContext
 from kopf.clients.objects import ObjectsClient
 from kopf.config import OperatorConfig, PostingConfig
-from kopf.engines import posting, probing
+from kopf.engines import allocation, posting, probing
 from kopf.reactor import (
     activities,
     cycle,
@@ -56,6 +56,7 @@ class OperatorError(Exception):
 
 def run(**kwargs: Any) -> None:
     """Run the operator until it is stopped (SIGINT/SIGTERM or the stop flag); blocks."""
+    allocation.return_big_buffers()  # the process is the operator's: its memory goes back after bursts
     asyncio.run(operator(**kwargs))
 
 
@@ -301,10 +302,15 @@ def _api_context(info: ConnectionInfo | AiohttpSession, *, config: OperatorConfi
     if networking.max_concurrent_requests < 1:
         raise OperatorError(f"config.networking.max_concurrent_requests must be at least 1, "
                             f"got {networking.max_concurrent_requests!r}.")
+    idle = networking.idle_connection_timeout
+    if idle is not None and (isinstance(idle, bool) or not isinstance(idle, (int, float)) or idle <= 0):
+        raise OperatorError(f"config.networking.idle_connection_timeout must be a positive number of seconds "
+                            f"(or None to keep idle connections open), got {idle!r}.")
     return APIContext(info, timeout=networking.request_timeout, connect_timeout=networking.connect_timeout,
                       keepalive=networking.tcp_keepalive, backoffs=networking.error_backoffs or (),
                       max_retry_after=networking.max_retry_after, throttle_retries=networking.throttle_retries,
-                      max_concurrent_requests=networking.max_concurrent_requests, relogin=relogin)
+                      max_concurrent_requests=networking.max_concurrent_requests, relogin=relogin,
+                      idle_timeout=networking.idle_connection_timeout)
 
 
 async def _resolve(context: APIContext, selectors: Collection[Selector]) -> dict[Selector, Resource]:

@@ -83,11 +83,13 @@ class DiffBaseStorage(abc.ABC):
         selected fields, e.g. ``status.x`` watched by a field handler;
         ``ignored_fields`` of the storage are dropped.
         """
-        raw = copy.deepcopy(dict(body.raw))
-        essence: Essence = {k: v for k, v in raw.items() if k not in _SYSTEM_TOP_LEVEL and k != 'metadata'}
+        # Only what the essence keeps is copied: not the system metadata (managedFields!) or the status.
+        raw = body.raw
+        essence: Essence = {k: copy.deepcopy(v) for k, v in raw.items()
+                            if k not in _SYSTEM_TOP_LEVEL and k != 'metadata'}
         metadata = raw.get('metadata')
         metadata = metadata if isinstance(metadata, dict) else {}
-        kept_meta = {k: metadata[k] for k in _USER_METADATA if metadata.get(k)}
+        kept_meta = {k: _copy_strings(metadata[k]) for k in _USER_METADATA if metadata.get(k)}
         if kept_meta:
             essence['metadata'] = kept_meta
         annotations = dicts.resolve(essence, ('metadata', 'annotations'), None)
@@ -152,6 +154,13 @@ class DiffBaseStorage(abc.ABC):
     ) -> None:
         """Exited once when the operator stops; nothing to release by default."""
         return None
+
+
+def _copy_strings(value: Any) -> Any:
+    """A deep copy of labels or annotations: a plain copy where all keys and values are strings (always, in fact)."""
+    if type(value) is dict and all(type(k) is str and type(v) is str for k, v in value.items()):
+        return dict(value)
+    return copy.deepcopy(value)
 
 
 def _is_diffbase_annotation(key: str) -> bool:

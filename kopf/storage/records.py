@@ -138,6 +138,8 @@ def looks_like_record(value: str) -> bool:
     """
     if not value.startswith('{') or len(value) > 64 * 1024:
         return False
+    if '"started"' not in value and '\\' not in value:
+        return False  # without escapes, the key is there literally; e.g. essences are skipped without parsing
     try:
         data = json.loads(value)
     except (ValueError, RecursionError):

@@ -39,7 +39,7 @@ def resolve(d: Mapping[str, Any] | None, field: FieldSpec, default: Any = _MISSI
     """
     current: Any = d
     for key in parse_field(field):
-        if isinstance(current, Mapping) and key in current:
+        if (type(current) is dict or isinstance(current, Mapping)) and key in current:  # dicts: no slow ABC check
             current = current[key]
         elif default is _MISSING:
             raise KeyError(format_field(field))
@@ -75,16 +75,16 @@ def remove(d: MutableMapping[str, Any], field: FieldSpec) -> None:
     parents: list[MutableMapping[str, Any]] = []
     current: Any = d
     for key in path[:-1]:
-        if not isinstance(current, MutableMapping) or key not in current:
+        if not (type(current) is dict or isinstance(current, MutableMapping)) or key not in current:
             return
         parents.append(current)
         current = current[key]
-    if not isinstance(current, MutableMapping) or path[-1] not in current:
+    if not (type(current) is dict or isinstance(current, MutableMapping)) or path[-1] not in current:
         return
     del current[path[-1]]
     for parent, key in zip(reversed(parents), reversed(path[:-1])):
         child = parent[key]
-        if isinstance(child, Mapping) and not child:
+        if (type(child) is dict or isinstance(child, Mapping)) and not child:
             del parent[key]
         else:
             break

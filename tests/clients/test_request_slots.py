@@ -35,3 +35,33 @@ async def test_open_streams_do_not_take_request_slots(aresponses, host, info, st
                 return await context.request('GET', '/x')
 
     assert await asyncio.wait_for(two_watches_and_a_request(), timeout=2) == {'ok': True}
+
+
+def port_recorder(ports: list[int]):
+    async def handler(request: web.BaseRequest) -> web.Response:
+        assert request.transport is not None
+        ports.append(request.transport.get_extra_info('peername')[1])
+        return web.json_response({'ok': True})
+    return handler
+
+
+async def test_idle_pooled_connections_are_closed(aresponses, host, info):
+    ports: list[int] = []
+    aresponses.add(host, '/x', 'GET', port_recorder(ports), repeat=3)
+    async with APIContext(info, idle_timeout=0.1) as context:
+        await context.request('GET', '/x')
+        await context.request('GET', '/x')  # at once: the pooled connection is reused
+        await asyncio.sleep(0.5)
+        await context.request('GET', '/x')  # after a pause: the idle connection is gone
+    assert ports[0] == ports[1]
+    assert ports[2] != ports[0]
+
+
+async def test_pooled_connections_are_kept_without_an_idle_timeout(aresponses, host, info):
+    ports: list[int] = []
+    aresponses.add(host, '/x', 'GET', port_recorder(ports), repeat=2)
+    async with APIContext(info, idle_timeout=None) as context:
+        await context.request('GET', '/x')
+        await asyncio.sleep(0.5)
+        await context.request('GET', '/x')
+    assert ports[0] == ports[1]

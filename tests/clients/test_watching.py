@@ -256,6 +256,37 @@ async def test_relist_reports_vanished_objects_as_deleted_before_the_listing(are
     assert 'spec' not in deleted_a  # identity only
 
 
+async def test_relist_reports_the_last_seen_identity_and_labels_only(aresponses, host, watch, stream_response):
+    annotated = obj('a', '5', spec={'x': 1})
+    annotated['metadata'].update(labels={'app': 'x'}, annotations={'big': 'y' * 1000}, finalizers=['f'],
+                                 managedFields=[{'manager': 'm'}])
+    modified = json.loads(json.dumps(annotated))
+    modified['metadata'].update(resourceVersion='11', labels={'app': 'z'})
+    aresponses.add(host, PATH, 'GET', listing(annotated, rv='10'))
+    aresponses.add(host, PATH, 'GET', stream_response(event('MODIFIED', modified), gone()))
+    aresponses.add(host, PATH, 'GET', listing(rv='70'))
+    events = await take(watch(), 3)
+    assert events[2]['type'] == 'DELETED'
+    assert events[2]['object'] == {
+        'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample',
+        'metadata': {'name': 'a', 'namespace': 'ns1', 'uid': 'uid-a', 'resourceVersion': '11', 'labels': {'app': 'z'}},
+    }
+
+
+async def test_relist_reports_objects_of_many_namespaces_and_without_uids(aresponses, host, watch, stream_response):
+    objs = [obj(f'o{i}', str(i)) for i in range(5)]
+    for i, o in enumerate(objs):
+        o['metadata']['namespace'] = f'ns{i % 2}'
+    del objs[0]['metadata']['uid']
+    aresponses.add(host, PATH, 'GET', listing(*objs, rv='10'))
+    aresponses.add(host, PATH, 'GET', status_response(aresponses, 410))
+    aresponses.add(host, PATH, 'GET', listing(rv='70'))
+    events = await take(watch(), 10)
+    assert {e['type'] for e in events[5:]} == {'DELETED'}
+    assert sorted((e['object']['metadata'] for e in events[5:]), key=lambda m: m['name']) == [
+        o['metadata'] for o in objs]
+
+
 async def test_relist_does_not_report_already_deleted_objects_again(aresponses, host, watch, stream_response):
     aresponses.add(host, PATH, 'GET', listing(obj('a', '5'), obj('b', '6'), rv='10'))
     aresponses.add(host, PATH, 'GET', stream_response(event('DELETED', obj('a', '11')), gone()))

@@ -248,6 +248,21 @@ async def test_the_api_session_takes_the_request_limit_from_the_config():
     assert context._request_slots._value == 7
 
 
+async def test_the_api_session_takes_the_idle_connection_timeout_from_the_config():
+    config = OperatorConfig()
+    config.networking.idle_connection_timeout = 2.5
+    context = running._api_context(kopf.ConnectionInfo(server='https://k8s:6443'), config=config, relogin=None)
+    assert context.idle_timeout == 2.5
+
+
+@pytest.mark.parametrize('value', [0, -1, 'soon', True])
+def test_a_bad_idle_connection_timeout_is_refused_with_the_setting_named(value):
+    config = OperatorConfig()
+    config.networking.idle_connection_timeout = value
+    with pytest.raises(running.OperatorError, match=r'config\.networking\.idle_connection_timeout .* got '):
+        running._api_context(kopf.ConnectionInfo(server='https://k8s:6443'), config=config, relogin=None)
+
+
 def test_a_request_limit_below_one_is_refused_with_the_setting_named():
     config = OperatorConfig()
     config.networking.max_concurrent_requests = 0
@@ -294,3 +309,16 @@ async def test_handlers_of_any_resource_wait_until_every_indexed_listing_is_in(m
     stop.set()
     await asyncio.wait_for(task, timeout=5)
     assert sorted(seen) == [('ex-ns1', ['pod-ns1', 'pod-ns2']), ('ex-ns2', ['pod-ns1', 'pod-ns2'])]
+
+
+def test_running_the_operator_process_lets_big_buffers_go_back_to_the_system(monkeypatch):
+    steps: list[str] = []
+
+    async def operator(**kwargs):
+        steps.append(f"operator {sorted(kwargs)}")
+
+    monkeypatch.setattr(running.allocation, 'return_big_buffers', lambda: steps.append('allocator') or True)
+    monkeypatch.setattr(running, 'operator', operator)
+    running.run(standalone=True)
+    assert steps == ['allocator', "operator ['standalone']"]
+

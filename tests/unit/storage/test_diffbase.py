@@ -85,6 +85,25 @@ def test_essence_is_a_copy():
     assert raw == FULL
 
 
+def test_essence_shares_nothing_mutable_with_the_object():
+    raw = copy.deepcopy(FULL)
+    essence = AnnotationsDiffBaseStorage().build(body=Body(raw), extra_fields=['status.kopf'])
+    essence['metadata']['labels']['app'] = 'changed'
+    essence['metadata']['annotations']['user'] = 'changed'
+    essence['data']['k'] = 'changed'
+    essence['status']['kopf']['progress']['x'] = 'added'
+    assert raw == FULL
+
+
+def test_essence_copies_labels_and_annotations_of_unusual_values_deeply():
+    raw = {'metadata': {'labels': {'a': {'nested': 'x'}}, 'annotations': {'b': ['y']}}, 'spec': {}}
+    essence = AnnotationsDiffBaseStorage().build(body=Body(raw))
+    assert essence['metadata'] == {'labels': {'a': {'nested': 'x'}}, 'annotations': {'b': ['y']}}
+    essence['metadata']['labels']['a']['nested'] = 'changed'
+    essence['metadata']['annotations']['b'].append('z')
+    assert raw['metadata'] == {'labels': {'a': {'nested': 'x'}}, 'annotations': {'b': ['y']}}
+
+
 @pytest.mark.parametrize('factory', [AnnotationsDiffBaseStorage, StatusDiffBaseStorage,
                                      lambda: MultiDiffBaseStorage([AnnotationsDiffBaseStorage(),
                                                                    StatusDiffBaseStorage()])])

@@ -158,6 +158,16 @@ async def test_other_annotations_and_status_fields_do_not_count_as_records():
     assert storage.calls['fetch'] == 0
 
 
+async def test_looking_for_records_leaves_the_object_intact():
+    raw = {'metadata': {'annotations': {'user': 'u', 'odd': {'not': 'a string'},
+                                        'kopf.zalando.org/touch-dummy': 't'}},
+           'status': {'kopf': {'progress': {'a': RECORD}, 'dummy': 't'}, 'phase': 'ok'}}
+    original = json.loads(json.dumps(raw))
+    facade = make(Counting(), raw)
+    assert await facade.stored([A]) == [A]
+    assert raw == original
+
+
 async def test_another_operators_records_are_looked_at_but_never_taken_for_ours():
     # clear() strips every framework's bookkeeping from essences, so the object
     # cannot be judged empty by it; the records are read (in memory), not found.

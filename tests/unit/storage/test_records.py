@@ -73,6 +73,9 @@ def test_times_format_as_utc_iso8601():
     ('not json', False),
     ('{broken', False),
     ('[1]', False),
+    ('{"st\\u0061rted":"x"}', True),  # escaped, yet the same key
+    ('{"spec":{"started":"x"}}', False),
+    ('{"spec":{"field":"\\"started\\""}}', False),
 ])
 def test_progress_records_are_recognised_in_annotation_values(value, expected):
     assert records.looks_like_record(value) is expected
