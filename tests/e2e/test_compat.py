@@ -242,7 +242,7 @@ def test_peering_one_replica_handles_freeze_pauses_it_resume_and_a_higher_priori
         # A developer's --dev replica (priority 666) takes over, once the leader has surely stopped.
         dev = replica('--dev')
         dev.wait_for_output("with a higher priority (666 > 0)")
-        first.wait_for_output("Paused: ")
+        first.wait_for_output("with a higher priority (666 > 0) has taken the lease over: stopped handling")
         kube.create(collection(namespace), body('o3'))
         assert dev.wait(lambda: handled_by('o3'), what="o3 handled by the --dev replica") == dev.process.pid
         dev_ticks = dev.wait(lambda: ticks(dev.process.pid), what="the --dev replica's timer")
