@@ -124,8 +124,12 @@ async def attempt(
             _report(logger, handler, e, "it will not be retried.")
             return HandlerOutcome(final=True, exception=e)
         delay = backoff(handler, logger=logger)
-        final = _exhausted(handler, past, attempts=past.retries + 1, delay=delay, last=_text(e)) is not None
-        _report(logger, handler, e, "it will not be retried." if final else f"it will be retried in {delay:g}s.")
+        limit = _limit(handler, past, attempts=past.retries + 1, delay=delay)
+        if limit is not None:  # one line says both: the error (with its traceback) and why it is the last
+            error, words = limit
+            _report(logger, handler, e, f"it will not be retried: it {words}.")
+            return HandlerOutcome(final=True, exception=error(f"{handler} {words}. The last error: {_text(e)}"))
+        _report(logger, handler, e, f"it will be retried in {delay:g}s.")
         outcome = HandlerOutcome(final=False, delay=delay, exception=e)
     else:
         logger.info("%s succeeded.", handler)
@@ -202,12 +206,27 @@ def _exhausted(
         last: str | None,
 ) -> PermanentError | None:
     """Why the handler may not be attempted (again) in ``delay`` seconds, if it may not."""
+    limit = _limit(handler, past, attempts=attempts, delay=delay)
+    if limit is None:
+        return None
+    error, words = limit
     reason = f" The last error: {last}" if last else ""
+    return error(f"{handler} {words}.{reason}")
+
+
+def _limit(
+        handler: BaseHandler,
+        past: Past,
+        *,
+        attempts: int,
+        delay: float,
+) -> tuple[type[PermanentError], str] | None:
+    """Which limit forbids the attempt after ``attempts`` attempts and ``delay`` seconds, in words."""
     if handler.retries is not None and attempts >= handler.retries:
-        return HandlerRetriesError(f"{handler} has used up its {handler.retries} attempt(s).{reason}")
+        return HandlerRetriesError, f"has used up its {handler.retries} attempt(s)"
     runtime = past.runtime + datetime.timedelta(seconds=delay)
     if handler.timeout is not None and runtime > datetime.timedelta(seconds=handler.timeout):
-        return HandlerTimeoutError(f"{handler} has run out of its {handler.timeout} seconds.{reason}")
+        return HandlerTimeoutError, f"has run out of its {handler.timeout} seconds"
     return None
 
 

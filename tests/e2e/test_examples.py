@@ -209,7 +209,8 @@ def test_03_exceptions(api: KubeAPI, namespace: str, run_example: Callable[..., 
     assert output.count("fails_permanently' failed") == 1  # never retried
     assert "ValueError: Something unexpected (attempt #3)." in output
     assert "attempt #4" not in output
-    assert "Handler 'runs_out_of_retries' has used up its 3 attempt(s)." in output
+    assert ("Handler 'runs_out_of_retries' failed with an exception; it will not be retried: "
+            "it has used up its 3 attempt(s).") in output
     assert "Handler 'errors_ignored' failed with an exception; it is ignored." in output
     assert "Succeeded on attempt #2." in output
     assert operator.stop() == 0

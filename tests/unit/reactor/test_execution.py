@@ -111,9 +111,21 @@ async def test_the_log_says_whether_an_exception_will_be_retried(clock, caplog):
         await outcome_of(raising(ValueError('boom')), clock=clock, backoff=5)
         await outcome_of(raising(ValueError('boom')), clock=clock, retries=1)
     messages = [record.getMessage() for record in caplog.records]
-    assert messages[0] == "Handler 'h' failed with an exception; it will be retried in 5s."
-    assert messages[1] == "Handler 'h' failed with an exception; it will not be retried."  # not "retried", then not
-    assert messages[2].startswith("Handler 'h' has used up its 1 attempt(s).")
+    assert messages == [  # one line per failure, the last one saying why it is the last
+        "Handler 'h' failed with an exception; it will be retried in 5s.",
+        "Handler 'h' failed with an exception; it will not be retried: it has used up its 1 attempt(s).",
+    ]
+    assert all(record.exc_info is not None for record in caplog.records)  # with the tracebacks
+
+
+async def test_an_exception_after_the_last_attempt_fails_the_handler_with_the_limit_and_the_error(clock):
+    outcome = await outcome_of(raising(ValueError('boom')), clock=clock, retries=1)
+    assert outcome.final and isinstance(outcome.exception, HandlerRetriesError)
+    assert str(outcome.exception) == "Handler 'h' has used up its 1 attempt(s). The last error: boom"
+
+    outcome = await outcome_of(raising(ValueError('late')), clock=clock, timeout=30, backoff=60)
+    assert outcome.final and isinstance(outcome.exception, HandlerTimeoutError)
+    assert str(outcome.exception) == "Handler 'h' has run out of its 30 seconds. The last error: late"
 
 
 async def test_a_retry_that_would_come_after_the_timeout_is_not_waited_for(clock):
