@@ -89,7 +89,7 @@ class DiffBaseStorage(abc.ABC):
                             if k not in _SYSTEM_TOP_LEVEL and k != 'metadata'}
         metadata = raw.get('metadata')
         metadata = metadata if isinstance(metadata, dict) else {}
-        kept_meta = {k: _copy_strings(metadata[k]) for k in _USER_METADATA if metadata.get(k)}
+        kept_meta = {k: dicts.copy_flat(metadata[k]) for k in _USER_METADATA if metadata.get(k)}
         if kept_meta:
             essence['metadata'] = kept_meta
         annotations = dicts.resolve(essence, ('metadata', 'annotations'), None)
@@ -154,13 +154,6 @@ class DiffBaseStorage(abc.ABC):
     ) -> None:
         """Exited once when the operator stops; nothing to release by default."""
         return None
-
-
-def _copy_strings(value: Any) -> Any:
-    """A deep copy of labels or annotations: a plain copy where all keys and values are strings (always, in fact)."""
-    if type(value) is dict and all(type(k) is str and type(v) is str for k, v in value.items()):
-        return dict(value)
-    return copy.deepcopy(value)
 
 
 def _is_diffbase_annotation(key: str) -> bool:

@@ -167,7 +167,7 @@ class Persistence:
             status = self.body.raw.get('status')
             original: Essence = {'metadata': {'annotations': annotations}, **({'status': status} if status else {})}
             # clear() may change the probe, but the body must stay intact: a copy, cheap where it can be.
-            probe: Essence = {'metadata': {'annotations': _copy_flat(annotations)},
+            probe: Essence = {'metadata': {'annotations': dicts.copy_flat(annotations)},
                               **({'status': copy.deepcopy(status)} if status else {})}
             cleared = await calls.call(self.progress.clear, essence=probe)
             owned = owned_annotations(self.progress, annotations, self.handler_ids)
@@ -264,13 +264,6 @@ async def touch(storage: ProgressStorage, *, body: Body, value: str) -> Patch:
     patch = Patch()
     await calls.call(storage.touch, body=body, patch=patch, value=value)
     return patch
-
-
-def _copy_flat(values: dict[str, Any]) -> dict[str, Any]:
-    """A deep copy of a dict of strings (e.g. annotations): a plain copy where all values are strings."""
-    if all(type(value) is str for value in values.values()):
-        return dict(values)
-    return copy.deepcopy(values)
 
 
 def owned_annotations(

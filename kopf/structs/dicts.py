@@ -97,3 +97,15 @@ def cherrypick(src: Mapping[str, Any], dst: MutableMapping[str, Any], fields: It
         value = resolve(src, field, absent)
         if value is not absent:
             ensure(dst, field, copy.deepcopy(value))
+
+
+def copy_flat(value: Any) -> Any:
+    """
+    A deep copy, made cheaply for a dict of strings (e.g. labels or annotations).
+
+    Such dicts are copied on every handling cycle; ``copy.deepcopy`` of one
+    costs many times a plain copy, which is just as deep for strings.
+    """
+    if type(value) is dict and all(type(k) is str and type(v) is str for k, v in value.items()):
+        return dict(value)
+    return copy.deepcopy(value)

@@ -71,3 +71,20 @@ def test_cherrypick_copies_present_fields_deeply():
     assert dst == {'spec': {'a': 1}, 'status': {'x': {'y': [1]}}}
     dst['status']['x']['y'].append(2)
     assert src['status']['x']['y'] == [1]
+
+
+def test_a_flat_copy_of_strings_is_independent_of_the_original():
+    labels = {'app': 'x', 'tier': 'web'}
+    copied = dicts.copy_flat(labels)
+    copied['app'] = 'y'
+    assert copied is not labels and labels == {'app': 'x', 'tier': 'web'}
+
+
+@pytest.mark.parametrize('value', [{'a': {'nested': ['x']}}, {'a': ['x']}, {1: 'x'}, ['x']])
+def test_anything_but_a_dict_of_strings_is_copied_deeply(value):
+    copied = dicts.copy_flat(value)
+    assert copied == value
+    inner = next(iter(copied.values())) if isinstance(copied, dict) else copied
+    if isinstance(inner, (list, dict)):
+        original_inner = next(iter(value.values())) if isinstance(value, dict) else value
+        assert inner is not original_inner
