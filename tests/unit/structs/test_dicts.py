@@ -80,11 +80,8 @@ def test_a_flat_copy_of_strings_is_independent_of_the_original():
     assert copied is not labels and labels == {'app': 'x', 'tier': 'web'}
 
 
-@pytest.mark.parametrize('value', [{'a': {'nested': ['x']}}, {'a': ['x']}, {1: 'x'}, ['x']])
-def test_anything_but_a_dict_of_strings_is_copied_deeply(value):
+def test_a_dict_with_anything_but_strings_is_copied_deeply():
+    value = {'a': {'nested': ['x']}, 'b': 'y'}
     copied = dicts.copy_flat(value)
-    assert copied == value
-    inner = next(iter(copied.values())) if isinstance(copied, dict) else copied
-    if isinstance(inner, (list, dict)):
-        original_inner = next(iter(value.values())) if isinstance(value, dict) else value
-        assert inner is not original_inner
+    copied['a']['nested'].append('z')
+    assert value == {'a': {'nested': ['x']}, 'b': 'y'}
