@@ -373,9 +373,10 @@ class _Stub:
         self.kind = shared(obj.get('kind', _MISSING))
         self.namespace = shared(meta.get('namespace', _MISSING))
         self.name = self.name if self.name == name else name
-        self.uid = key if uid == key else self.uid if self.uid == uid else uid
+        self.uid = self.uid if self.uid == uid else key if uid == key else uid
         self.resource_version = meta.get('resourceVersion', _MISSING)
-        self.labels = meta.get('labels') or _MISSING
+        labels = meta.get('labels') or _MISSING
+        self.labels = self.labels if self.labels == labels else labels
 
     def revive(self) -> dict[str, Any]:
         """The object as a synthetic ``DELETED`` event carries it."""

@@ -273,6 +273,23 @@ async def test_relist_reports_the_last_seen_identity_and_labels_only(aresponses,
     }
 
 
+async def test_the_remembered_identity_keeps_the_first_strings_of_an_unchanged_object(
+        aresponses, host, watch, stream_response):
+    # Kept for the object's lifetime: equal strings of later events are not kept instead (they would pin memory).
+    labelled = obj('a', '5', spec={'x': 1})
+    labelled['metadata']['labels'] = {'app': 'x'}
+    modified = json.loads(json.dumps(labelled))
+    modified['metadata']['resourceVersion'] = '11'
+    aresponses.add(host, PATH, 'GET', listing(labelled, rv='10'))
+    aresponses.add(host, PATH, 'GET', stream_response(event('MODIFIED', modified), gone()))
+    aresponses.add(host, PATH, 'GET', listing(rv='70'))
+    events = await take(watch(), 3)
+    listed, deleted = events[0]['object']['metadata'], events[2]['object']['metadata']
+    assert deleted == {**listed, 'resourceVersion': '11'}
+    assert deleted['uid'] is listed['uid'] and deleted['name'] is listed['name']
+    assert deleted['labels'] is listed['labels']
+
+
 async def test_relist_reports_objects_of_many_namespaces_and_without_uids(aresponses, host, watch, stream_response):
     objs = [obj(f'o{i}', str(i)) for i in range(5)]
     for i, o in enumerate(objs):
