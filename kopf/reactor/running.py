@@ -19,6 +19,7 @@ from typing import Any
 
 from kopf.clients import auth, discovery, events, watching
 from kopf.clients.auth import APIContext
+from kopf.clients.errors import APIConnectionError, APIError, APIForbiddenError, describe_api_failure
 from kopf.clients.objects import ObjectsClient
 from kopf.config import OperatorConfig, PostingConfig
 from kopf.engines import allocation, posting, probing
@@ -388,6 +389,8 @@ async def _watch_all(
             namespace=namespace, stop=watch_stop, gate=gate))
         for selector, resource, namespace in streams
     ]
+    watched: dict[asyncio.Task[Any], tuple[Resource, str | None]] = {
+        task: (resource, namespace) for task, (_, resource, namespace) in zip(watchers, streams)}
     if health is not None:
         health.watching(watchers)
     if ready_flag is not None:
@@ -406,7 +409,8 @@ async def _watch_all(
         await asyncio.wait_for(asyncio.gather(*watchers, return_exceptions=True), GRACEFUL_EXIT_TIMEOUT)
         if failed:
             error = failed[0].exception()
-            raise OperatorError(f"Watching has failed: {type(error).__name__}: {error}") from error
+            assert error is not None
+            raise OperatorError(watch_failure(error, *watched[failed[0]])) from error
     finally:
         for task in watchers:
             task.cancel()
@@ -444,6 +448,17 @@ def _close_daemons(keepers: list[daemons.Daemons], config: OperatorConfig) -> as
 
 async def _gather(*aws: Any) -> None:
     await asyncio.gather(*aws)
+
+
+def watch_failure(error: BaseException, resource: Resource, namespace: str | None) -> str:
+    """One line for a watch that has failed for good: what was watched, why, and what to do."""
+    where = f"{resource}" + (f" in {namespace!r}" if namespace is not None else " cluster-wide")
+    if isinstance(error, APIForbiddenError):
+        return (f"Watching {where} is forbidden: {error}. Grant the operator's user or service account the "
+                f"'list' and 'watch' verbs on {resource.plural} in its Role or ClusterRole (see docs/install.rst).")
+    if isinstance(error, (APIError, APIConnectionError)):
+        return f"Watching {where} has failed: {describe_api_failure(error)}"
+    return f"Watching {where} has failed: {type(error).__name__}: {error}"
 
 
 async def _watch_one(

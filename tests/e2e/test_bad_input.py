@@ -175,6 +175,7 @@ def test_a_missing_list_permission_stops_the_operator_with_one_line(namespace, o
     errors = [line for line in operator.output.splitlines() if line.startswith('Error:')]
     assert len(errors) == 1, operator.output
     assert f'cannot list resource "{PLURAL}" in API group "{GROUP}"' in errors[0]
+    assert f"Grant the operator's user or service account the 'list' and 'watch' verbs on {PLURAL}" in errors[0]
     assert 'Traceback' not in operator.output
 
 

@@ -5,6 +5,7 @@ import socket
 import pytest
 
 import kopf
+from kopf.clients.errors import APIConnectionError, APIForbiddenError
 from kopf.config import OperatorConfig
 from kopf.reactor import running
 from kopf.reactor.registries import OperatorRegistry
@@ -322,3 +323,23 @@ def test_running_the_operator_process_lets_big_buffers_go_back_to_the_system(mon
     running.run(standalone=True)
     assert steps == ['allocator', "operator ['standalone']"]
 
+
+
+# --- a watch that fails for good -----------------------------------------------------------------
+
+KEX = Resource('kopf.dev', 'v1', 'kopfexamples', 'KopfExample', namespaced=True)
+
+
+def test_a_forbidden_watch_names_the_resource_the_namespace_and_the_verbs_to_grant():
+    error = APIForbiddenError('403 Forbidden: cannot list resource "kopfexamples"', status=403)
+    line = running.watch_failure(error, KEX, 'ns1')
+    assert line.startswith("Watching kopfexamples.v1.kopf.dev in 'ns1' is forbidden: ")
+    assert 'cannot list resource "kopfexamples"' in line
+    assert "the 'list' and 'watch' verbs on kopfexamples in its Role or ClusterRole" in line
+
+
+def test_other_watch_failures_say_what_they_mean_or_name_the_error():
+    unreachable = running.watch_failure(APIConnectionError('connection refused'), KEX, None)
+    assert unreachable.startswith("Watching kopfexamples.v1.kopf.dev cluster-wide has failed: Cannot reach")
+    unexpected = running.watch_failure(ValueError('odd'), KEX, 'ns1')
+    assert unexpected == "Watching kopfexamples.v1.kopf.dev in 'ns1' has failed: ValueError: odd"
