@@ -16,7 +16,6 @@ the operator.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import dataclasses
 import json as jsonlib
@@ -273,12 +272,7 @@ class APIContext:
         """The ``Authorization`` header of the current credentials (re-reading a changed token file)."""
         info = self.info
         token = self._token_file.current() if self._token_file is not None else info.token
-        if token:
-            return {'Authorization': f'{info.scheme or "Bearer"} {token}'}
-        if info.username is not None:
-            pair = f'{info.username}:{info.password or ""}'.encode()
-            return {'Authorization': f'Basic {base64.b64encode(pair).decode("ascii")}'}
-        return {}
+        return info.authorization(token)
 
     def _schedule_refresh(self, info: ConnectionInfo) -> None:
         """Log in again a bit before the credentials expire: 1/5 of their lifetime, at most a minute early."""

@@ -76,6 +76,10 @@ class ConnectionInfo:
                     token = f.read().strip() or token
             except OSError:
                 pass  # the token given beside it, if any, is used
+        return self.authorization(token)
+
+    def authorization(self, token: str | None) -> dict[str, str]:
+        """The ``Authorization`` header with this token, else with the user and password, if any."""
         if token:
             return {'Authorization': f'{self.scheme or "Bearer"} {token}'}
         if self.username is not None:
