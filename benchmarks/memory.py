@@ -38,7 +38,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmarks import procstats, sidebyside  # noqa: E402
-from benchmarks.traced_operator import FRAMES_ENV, PROFILE_ENV, REGIONS_ENV, SNAPSHOT_DIR_ENV  # noqa: E402
+from benchmarks.traced_operator import ARENAS_ENV, FRAMES_ENV, PROFILE_ENV, REGIONS_ENV, SNAPSHOT_DIR_ENV  # noqa: E402
 from tests.e2e.controlplane import ControlPlane  # noqa: E402
 
 # --------------------------------------------------------------------------------------------- #
@@ -61,12 +61,14 @@ async def _snapshot(operator: sidebyside.OperatorProcess, directory: Path, index
 
 
 async def measure(plane: ControlPlane, options: sidebyside.Options, directory: Path,
-                  frames: int, profile: bool = False, regions: bool = False) -> list[dict[str, Any]]:
+                  frames: int, profile: bool = False, regions: bool = False,
+                  arenas: bool = False) -> list[dict[str, Any]]:
     framework = sidebyside.Framework(
         'ours', (sys.executable, '-m', 'benchmarks.traced_operator'),
         tuple({**os.environ, 'PYTHONPATH': str(REPO), SNAPSHOT_DIR_ENV: str(directory),
                FRAMES_ENV: str(frames), **({PROFILE_ENV: str(directory / 'profile.out')} if profile else {}),
                **({REGIONS_ENV: '1'} if regions else {}),
+               **({ARENAS_ENV: '1'} if arenas else {}),
                }.items()))
     api = sidebyside.Api(plane.server, plane.ssl_context())
     namespace = f'memory-{os.getpid()}'
@@ -144,6 +146,15 @@ def report_census(snapshots: list[dict[str, Any]], objects: int, top: int) -> No
         print('  ' + ', '.join(f"{name} {count / objects:+.2f}" for name, count in ranked if count > 0))
 
 
+def report_arenas(snapshots: list[dict[str, Any]], top: int) -> None:
+    for label, snap in zip(('ready', 'peak', 'idle'), snapshots):
+        walk = snap['arenas']
+        print(f"\n== pymalloc at {label}: {walk['arenas']} arenas, {walk['live_mb']:.1f} MB in live blocks; "
+              f"{walk['sparse_arenas']} arenas less than half used hold {walk['sparse_live_mb']:.1f} MB, of:")
+        print('  ' + ', '.join(f"{kind} {count}" for kind, count in walk['in_sparse_arenas'][:top]))
+        print("  held by: " + ', '.join(f"{kind} {count}" for kind, count in walk['held_by'][:top]))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="What holds memory per handled object (this framework).")
     parser.add_argument('-n', '--objects', type=int, default=1000)
@@ -156,6 +167,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument('--regions', action='store_true',
                         help="also list the objects that live, when idle, in 1 MiB regions not used when ready "
                              "(what keeps pymalloc's arenas; slow)")
+    parser.add_argument('--arenas', action='store_true',
+                        help="also walk pymalloc's pools and list what lives in its sparsely used arenas "
+                             "(what keeps them resident)")
     parser.add_argument('--settle', type=float, default=sidebyside.Options.idle_settle,
                         help="seconds after the last handled object before the idle snapshot")
     parser.add_argument('--keep', type=Path, help="keep the snapshots and the log in this directory")
@@ -168,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     async def run() -> list[dict[str, Any]]:
         plane = await asyncio.to_thread(ControlPlane().start)
         try:
-            return await measure(plane, options, directory, args.frames, args.profile, args.regions)
+            return await measure(plane, options, directory, args.frames, args.profile, args.regions, args.arenas)
         finally:
             sidebyside._kill_all_live()
             await asyncio.to_thread(plane.stop)
@@ -195,6 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{'' if args.frames else '; run with --frames 3 to see where they were allocated'}):")
         for what, count in snapshots[2]['in_new_regions'][:args.top]:
             print(f"  {count:>7}  {what}")
+    if args.arenas:
+        report_arenas(snapshots, args.top)
     if args.profile:
         print(f"\n== CPU profile of the whole operator run (cProfile), the top {args.top} by own time:")
         stats = pstats.Stats(str(directory / 'profile.out'), stream=sys.stdout)

@@ -33,6 +33,7 @@ PROFILE_ENV = 'BENCH_PROFILE'  # a file for cProfile's statistics of the whole r
 
 REGIONS_ENV = 'BENCH_MEMORY_REGIONS'  # also report the objects in memory regions that were not used when ready
 REGION_BITS = 20  # 1 MiB, the size of pymalloc's arenas
+ARENAS_ENV = 'BENCH_MEMORY_ARENAS'  # also walk pymalloc's pools and name what lives in sparse arenas
 
 
 def _live_objects() -> dict[int, object]:
@@ -96,6 +97,9 @@ def _dump(directory: Path) -> None:
         tasks = len(asyncio.all_tasks())
     details = {'census': census(), 'tasks': tasks, 'traced': tracemalloc.get_traced_memory(),
                'in_new_regions': in_new_regions}
+    if os.environ.get(ARENAS_ENV):
+        from benchmarks import arenas  # only when asked: it is no part of the operator
+        details['arenas'] = arenas.summary(arenas.walk())
     (directory / f'snapshot-{index}.json').write_text(json.dumps(details))
     if os.environ.get(MALLOC_STATS_ENV):
         print(f"=== pymalloc statistics at snapshot {index}", file=sys.stderr, flush=True)
