@@ -41,6 +41,7 @@ from kopf.clients.errors import (
 )
 from kopf.clients.fetching import list_objs
 from kopf.clients.session import APIContext
+from kopf.structs import dormancy
 from kopf.structs.resources import ParamValue, Resource
 
 Logger: TypeAlias = 'logging.Logger | logging.LoggerAdapter[Any]'
@@ -263,25 +264,36 @@ class LineSplitter:
 
 
 class _Tracker:
-    """The watch's memory: the last resourceVersion, and the objects seen (to detect deletions)."""
+    """
+    The watch's memory: the last resourceVersion, and the objects seen (to detect deletions).
+
+    The objects are remembered for as long as they exist, so their memory is
+    packed into one block of bytes while the watch is quiet (see
+    :mod:`kopf.structs.dormancy`).
+    """
 
     def __init__(self, log: Logger) -> None:
         self.log = log
         self.resource_version: str | None = None
-        self.known: dict[str, _Stub] | None = None  # by identity; None until the first listing
+        self._known: dormancy.Dormant[dict[str, _Stub]] | None = None  # by identity; None until the first listing
         self._shared = _Shared()
+
+    @property
+    def known(self) -> dict[str, _Stub] | None:
+        return None if self._known is None else self._known.value
 
     def relisted(self, items: list[dict[str, Any]], resource_version: str) -> list[RawEvent]:
         """Events for a fresh listing: synthetic deletions of vanished objects, then the listing."""
         previous = self.known
         self._shared = _Shared()  # only the values that are still in use are shared from now on
-        self.known = {}
+        known: dict[str, _Stub] = {}
         for item in items:
-            self._remember(item)
+            self._remember(known, item)
+        self._known = dormancy.Dormant(known, pack=_pack_stubs, unpack=_unpack_stubs)
         events: list[RawEvent] = []
         if previous is not None:
             for key, stub in previous.items():
-                if key not in self.known:
+                if key not in known:
                     events.append({'type': 'DELETED', 'object': stub.revive()})
         events.extend({'type': None, 'object': item} for item in items)
         self.resource_version = resource_version
@@ -304,19 +316,19 @@ class _Tracker:
         if kind not in ('ADDED', 'MODIFIED', 'DELETED'):
             self.log.warning("Skipping a watch event of an unknown type: %r", kind)
             return None
-        if self.known is not None:
+        known = self.known
+        if known is not None:
             if kind == 'DELETED':
-                self.known.pop(_identity(obj), None)
+                known.pop(_identity(obj), None)
             else:
-                self._remember(obj)
+                self._remember(known, obj)
         return {'type': kind, 'object': obj}
 
-    def _remember(self, obj: Mapping[str, Any]) -> None:
-        assert self.known is not None
+    def _remember(self, known: dict[str, _Stub], obj: Mapping[str, Any]) -> None:
         key = _identity(obj)
-        stub = self.known.get(key)
+        stub = known.get(key)
         if stub is None:
-            stub = self.known[key] = _Stub()
+            stub = known[key] = _Stub()
         stub.update(obj, key=key, shared=self._shared)
 
 
@@ -378,6 +390,17 @@ class _Stub:
         labels = meta.get('labels') or _MISSING
         self.labels = self.labels if self.labels == labels else labels
 
+    def packed(self) -> tuple[Any, ...]:
+        """The fields as plain values (``None`` for missing ones): for :mod:`marshal`."""
+        return tuple(None if getattr(self, name) is _MISSING else getattr(self, name) for name in self.__slots__)
+
+    @classmethod
+    def unpacked(cls, values: tuple[Any, ...]) -> _Stub:
+        stub = cls()
+        for name, value in zip(cls.__slots__, values):
+            setattr(stub, name, _MISSING if value is None else value)
+        return stub
+
     def revive(self) -> dict[str, Any]:
         """The object as a synthetic ``DELETED`` event carries it."""
         fields = {'name': self.name, 'namespace': self.namespace, 'uid': self.uid,
@@ -392,6 +415,14 @@ class _MissingType(enum.Enum):
 
 
 _MISSING = _MissingType.MISSING
+
+
+def _pack_stubs(known: dict[str, _Stub]) -> dict[str, tuple[Any, ...]]:
+    return {key: stub.packed() for key, stub in known.items()}
+
+
+def _unpack_stubs(packed: dict[str, tuple[Any, ...]]) -> dict[str, _Stub]:
+    return {key: _Stub.unpacked(values) for key, values in packed.items()}
 
 
 def _identity(obj: Mapping[str, Any]) -> str:

@@ -57,6 +57,7 @@ from kopf.reactor import cycle, execution, failures
 from kopf.reactor.indexing import OperatorIndexes
 from kopf.reactor.queueing import ProcessingOutcome, RawEvent, object_key
 from kopf.reactor.registries import OperatorRegistry
+from kopf.structs import dormancy
 from kopf.structs.bodies import Body
 from kopf.structs.ids import HandlerId
 from kopf.structs.patches import Patch
@@ -85,7 +86,8 @@ class ResourceWatch:
     registry: OperatorRegistry
     config: OperatorConfig
     memo: Any
-    seen: MutableSet[str] = dataclasses.field(default_factory=set)  # objects seen since the start
+    # The objects seen since the start, packed while quiet: it lives as long as the objects.
+    seen: MutableSet[str] = dataclasses.field(default_factory=dormancy.DormantSet)
     stages: Sequence[cycle.Stage] = cycle.STAGES  # what runs on every event (e.g. the resource's daemons)
     indexes: OperatorIndexes | None = None  # the operator's indexes, for the handlers
     # The failures reported lately, not to be reported again for a while.

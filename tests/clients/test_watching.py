@@ -8,8 +8,9 @@ import pytest
 
 from kopf.clients.auth import APIContext
 from kopf.clients.errors import APIForbiddenError
-from kopf.clients.watching import LineSplitter, infinite_watch
+from kopf.clients.watching import LineSplitter, _Tracker, infinite_watch
 from kopf.config import WatchingConfig
+from kopf.structs import dormancy
 from kopf.structs.credentials import ConnectionInfo
 from kopf.structs.resources import Resource
 
@@ -500,3 +501,23 @@ async def test_the_listing_is_paginated(aresponses, host, context, history, stre
     events = await take(infinite_watch(context=context, resource=KEX, namespace=None, settings=settings), 3)
     assert summary(events) == [(None, 'a'), (None, 'b'), ('ADDED', 'c')]
     assert [dict(r.query) for r in list_requests(history)] == [{'limit': '1'}, {'limit': '1', 'continue': 'next'}]
+
+
+# --- The watch's memory, packed while quiet -------------------------------------------------------
+
+async def test_a_quiet_watch_packs_its_memory_and_still_reports_vanished_objects(monkeypatch):
+    monkeypatch.setattr(dormancy, 'QUIET', 0.05)
+    monkeypatch.setattr(dormancy, 'MIN_PACKED', 2)
+    tracker = _Tracker(logging.getLogger('test'))
+    labelled = obj('a', '5')
+    labelled['metadata']['labels'] = {'app': 'x'}
+    tracker.relisted([labelled, obj('b', '6'), obj('c', '7', spec={'x': 1})], '10')
+    tracker.watched(event('MODIFIED', obj('b', '11')))
+    await asyncio.sleep(0.2)
+    assert tracker._known is not None and tracker._known.packed
+
+    events = tracker.relisted([obj('c', '12')], '20')
+    assert summary(events) == [('DELETED', 'a'), ('DELETED', 'b'), (None, 'c')]
+    assert events[0]['object'] == {'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample',
+                                   'metadata': {**obj('a', '5')['metadata'], 'labels': {'app': 'x'}}}
+    assert events[1]['object']['metadata'] == obj('b', '11')['metadata']

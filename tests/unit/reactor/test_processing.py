@@ -20,6 +20,7 @@ from kopf.reactor.cycle import HandlingResult
 from kopf.reactor.indexing import OperatorIndexes
 from kopf.reactor.registries import OperatorRegistry
 from kopf.storage.progress import ProgressStorage
+from kopf.structs import dormancy
 from kopf.structs.bodies import Body
 from kopf.structs.patches import Patch
 from kopf.structs.resources import Resource, Selector
@@ -511,3 +512,20 @@ async def test_what_the_annotation_budget_leaves_out_does_not_make_the_patch_too
     [budget_error] = [r.getMessage() for r in errors_in(caplog)]
     assert "the handlers' annotations were not stored: example.com/big" in budget_error
     assert 'too large to be sent' not in caplog.text
+
+
+async def test_first_sight_is_remembered_while_the_memory_of_it_is_packed(watch, monkeypatch):
+    monkeypatch.setattr(dormancy, 'MIN_PACKED', 1)
+    watch.seen._box.quiet = 0.05
+    firsts = []
+
+    async def fake_handle_object(**kwargs):
+        firsts.append(kwargs['first_seen'])
+        return HandlingResult(patch=Patch(), delay=None, cause='noop', done=True)
+
+    monkeypatch.setattr(cycle, 'handle_object', fake_handle_object)
+    await processing.process_event(watch, {'type': None, 'object': raw()}, False)
+    await asyncio.sleep(0.2)
+    assert watch.seen.packed
+    await processing.process_event(watch, {'type': None, 'object': raw()}, False)
+    assert firsts == [True, False]
