@@ -14,7 +14,7 @@ import functools
 import logging
 import signal
 import threading
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Collection, Coroutine
 from typing import Any
 
 from kopf.clients import auth, discovery, events, watching
@@ -58,7 +58,18 @@ class OperatorError(Exception):
 def run(**kwargs: Any) -> None:
     """Run the operator until it is stopped (SIGINT/SIGTERM or the stop flag); blocks."""
     allocation.return_big_buffers()  # the process is the operator's: its memory goes back after bursts
-    asyncio.run(operator(**kwargs))
+    asyncio.run(_owning_the_process(operator(**kwargs)))
+
+
+async def _owning_the_process(main: Coroutine[Any, Any, None]) -> None:
+    """The operator, with the upkeep of a process of its own: free memory goes back when quiet."""
+    trimmer = asyncio.create_task(allocation.trim_when_quiet(), name="kopf: free memory back when quiet")
+    try:
+        await main
+    finally:
+        trimmer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await trimmer
 
 
 async def operator(

@@ -1,6 +1,8 @@
 """
-The C allocator's setting: big buffers go back to the system when freed, only where glibc is.
+The C allocator's upkeep: big buffers go back to the system when freed, and
+free memory when the process is quiet after a burst; only where glibc is.
 """
+import asyncio
 import ctypes
 import platform
 
@@ -62,3 +64,79 @@ def test_a_c_library_without_mallopt_is_left_alone(monkeypatch):
 @pytest.mark.skipif(platform.libc_ver()[0] != 'glibc', reason="the real allocator is glibc's only on glibc systems")
 def test_the_real_allocator_accepts_it():
     assert allocation.return_big_buffers()
+
+
+# --- Free memory back to the system when quiet ---------------------------------------------------
+
+MB = 2**20
+
+
+class Process:
+    """A process as the trimmer sees it: CPU time and resident memory, changed by the test between checks."""
+
+    def __init__(self, resident: int) -> None:
+        self.cpu = 0.0
+        self.resident = resident
+        self.trims: list[int] = []
+        self.after_trim = resident
+
+    def release(self) -> bool:
+        self.trims.append(self.resident)
+        self.resident = self.after_trim
+        return True
+
+
+async def run_checks(process: Process, steps: list[tuple[float, int]]) -> None:
+    """Let the trimmer check once per step; before each check, the process uses (CPU seconds, resident)."""
+    checks = iter(steps)
+
+    async def sleep(_: float) -> None:
+        try:
+            used, resident = next(checks)
+        except StopIteration:
+            raise asyncio.CancelledError from None
+        process.cpu += used
+        process.resident = resident
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(allocation.asyncio, 'sleep', sleep)
+        with pytest.raises(asyncio.CancelledError):
+            await allocation.trim_when_quiet(interval=10, cpu_share=0.05, growth=8 * MB,
+                                             cpu_time=lambda: process.cpu, measure=lambda: process.resident,
+                                             release=process.release)
+
+
+async def test_a_grown_process_is_trimmed_once_it_is_quiet():
+    process = Process(resident=50 * MB)
+    process.after_trim = 60 * MB
+    await run_checks(process, [(5.0, 150 * MB), (3.0, 160 * MB), (0.1, 160 * MB), (0.1, 62 * MB), (0.0, 65 * MB)])
+    assert process.trims == [160 * MB]  # not while busy; once when quiet; not again without new growth
+
+
+async def test_a_quiet_process_that_has_not_grown_is_not_trimmed():
+    process = Process(resident=50 * MB)
+    await run_checks(process, [(0.0, 55 * MB), (0.0, 57 * MB), (0.0, 50 * MB)])
+    assert process.trims == []
+
+
+async def test_growth_is_counted_from_the_size_after_the_last_trim_or_a_smaller_one():
+    process = Process(resident=100 * MB)
+    process.after_trim = 70 * MB
+    await run_checks(process, [(0.0, 40 * MB), (0.0, 47 * MB), (0.0, 90 * MB), (0.0, 75 * MB), (0.0, 79 * MB)])
+    # 40 -> 47 is too little growth; 40 -> 90 is enough; then 70 (after the trim) -> 75 is not, -> 79 is.
+    assert process.trims == [90 * MB, 79 * MB]
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != 'glibc', reason="the real allocator is glibc's only on glibc systems")
+def test_the_real_allocator_trims_and_tells_its_free_memory():
+    garbage = [bytearray(1000) for _ in range(20_000)]
+    del garbage[::2]
+    assert allocation.free_memory() >= 5 * MB
+    allocation.release_free_memory()  # whether it had anything to give back depends on the process
+    assert allocation.resident_memory() > 1 * MB
+
+
+def test_nothing_is_trimmed_without_glibc(monkeypatch):
+    monkeypatch.setattr(platform, 'system', lambda: 'Darwin')
+    monkeypatch.setattr(ctypes, 'CDLL', lambda name: pytest.fail("the C library must not be touched"))
+    assert not allocation.release_free_memory()

@@ -324,6 +324,27 @@ def test_running_the_operator_process_lets_big_buffers_go_back_to_the_system(mon
     assert steps == ['allocator', "operator ['standalone']"]
 
 
+def test_running_the_operator_process_trims_its_memory_when_quiet_until_it_ends(monkeypatch):
+    steps: list[str] = []
+
+    async def trim_when_quiet():
+        steps.append('trimmer started')
+        try:
+            await asyncio.Event().wait()
+        finally:
+            steps.append('trimmer ended')
+
+    async def operator(**kwargs):
+        await asyncio.sleep(0.01)
+        steps.append('operator ran')
+
+    monkeypatch.setattr(running.allocation, 'return_big_buffers', lambda: True)
+    monkeypatch.setattr(running.allocation, 'trim_when_quiet', trim_when_quiet)
+    monkeypatch.setattr(running, 'operator', operator)
+    running.run()
+    assert steps == ['trimmer started', 'operator ran', 'trimmer ended']
+
+
 
 # --- a watch that fails for good -----------------------------------------------------------------
 
