@@ -50,18 +50,15 @@ def _anonymous_regions() -> Iterator[tuple[int, int]]:
                 yield start, end
 
 
-def _pool(address: int) -> tuple[int, int, int, int, int] | None:
-    """The header of a pool at this address as (count, freeblock, arenaindex, szidx, nextoffset), if it is one."""
-    count, freeblock, _, _, arenaindex, szidx, nextoffset, maxnextoffset = HEADER.unpack(
-        ctypes.string_at(address, HEADER.size))
+def _pool(data: bytes) -> tuple[int, int, int, int, int] | None:
+    """The header of a pool at the start of these bytes as (count, freeblock, arenaindex, szidx, nextoffset)."""
+    count, freeblock, _, _, arenaindex, szidx, nextoffset, maxnextoffset = HEADER.unpack_from(data)
     if szidx >= 32:
         return None
     size = (szidx + 1) << 4
     if maxnextoffset != POOL_SIZE - size or not POOL_OVERHEAD <= nextoffset <= POOL_SIZE:
         return None
     if (nextoffset - POOL_OVERHEAD) % size or count & 0xFFFFFFFF > (POOL_SIZE - POOL_OVERHEAD) // size:
-        return None
-    if freeblock and not address + POOL_OVERHEAD <= freeblock < address + POOL_SIZE:
         return None
     return count & 0xFFFFFFFF, freeblock, arenaindex, szidx, nextoffset
 
@@ -110,27 +107,28 @@ def walk() -> dict[int, Arena]:
     for start, end in list(_anonymous_regions()):
         address = (start + POOL_SIZE - 1) & ~(POOL_SIZE - 1)
         while address + POOL_SIZE <= end:
-            if _pool(address) is not None:
+            if _pool(ctypes.string_at(address, HEADER.size)) is not None:
                 pools.append(address)
             address += POOL_SIZE
     pools_in = array.array('Q')  # per pool: arena index, size, and whether used
     blocks = array.array('Q')  # per live block: pool's number, address, type or dict-keys size, object offset
     for number, address in enumerate(pools):
-        header = _pool(address)
+        # One copy of the whole pool, header and blocks together: the walk's own allocations change them.
+        data = ctypes.string_at(address, POOL_SIZE)
+        header = _pool(data)
         if header is None:
             pools_in.extend((2**64 - 1, 0, 0))
             continue
         count, freeblock, index, szidx, nextoffset = header
         pools_in.extend((index, (szidx + 1) << 4, 1 if count else 0))
         if count:
-            _blocks(number, address, freeblock, szidx, nextoffset, blocks, types)
+            _blocks(number, address, data, freeblock, szidx, nextoffset, blocks, types)
     return _tally(pools, pools_in, blocks, types)
 
 
-def _blocks(number: int, address: int, freeblock: int, szidx: int, nextoffset: int, blocks: array.array[int],
-            types: dict[int, type]) -> None:
+def _blocks(number: int, address: int, data: bytes, freeblock: int, szidx: int, nextoffset: int,
+            blocks: array.array[int], types: dict[int, type]) -> None:
     size = (szidx + 1) << 4
-    data = ctypes.string_at(address, POOL_SIZE)
     free = bytearray(POOL_SIZE // size + 1)  # by block number: no set of addresses, which would be in the pools
     while freeblock and address <= freeblock < address + POOL_SIZE and not free[(freeblock - address) // size]:
         free[(freeblock - address) // size] = 1

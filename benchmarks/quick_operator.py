@@ -11,6 +11,8 @@ the public API that both share. Configured by environment variables:
 * ``BENCH_RESOURCE``: ``group/version/plural`` (default ``bench.kopf.dev/v1/kopfbenchmarks``).
 * ``BENCH_EVENTS``: ``off`` to stop posting log messages as Kubernetes Events (default ``on``).
 * ``BENCH_CALLS``: a file where the number of handler calls is written when the operator exits.
+* ``BENCH_WORKER_LIMIT``: ``settings.batching.worker_limit``, how many objects are handled at once
+  (default: the framework's default).
 
 The handlers return nothing, so that no handler result is written into the
 status: what is measured is the framework's own bookkeeping per object.
@@ -25,6 +27,7 @@ HANDLER_KIND = os.environ.get('BENCH_HANDLER_KIND', 'async')
 GROUP, VERSION, PLURAL = os.environ.get('BENCH_RESOURCE', 'bench.kopf.dev/v1/kopfbenchmarks').split('/')
 EVENTS = os.environ.get('BENCH_EVENTS', 'on') != 'off'
 CALLS_FILE = os.environ.get('BENCH_CALLS', '')
+WORKER_LIMIT = os.environ.get('BENCH_WORKER_LIMIT', '')
 calls = 0
 
 if LIFECYCLE:
@@ -34,6 +37,12 @@ if not EVENTS:
     @kopf.on.startup()
     def no_events(settings, **_):
         settings.posting.enabled = False
+
+
+if WORKER_LIMIT:
+    @kopf.on.startup()
+    def limit_workers(settings, **_):
+        settings.batching.worker_limit = int(WORKER_LIMIT)
 
 
 if CALLS_FILE:
