@@ -169,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "(what keeps pymalloc's arenas; slow)")
     parser.add_argument('--arenas', action='store_true',
                         help="also walk pymalloc's pools and list what lives in its sparsely used arenas "
-                             "(what keeps them resident)")
+                             "(what keeps them resident; the walk itself raises the peak figures)")
     parser.add_argument('--settle', type=float, default=sidebyside.Options.idle_settle,
                         help="seconds after the last handled object before the idle snapshot")
     parser.add_argument('--keep', type=Path, help="keep the snapshots and the log in this directory")

@@ -27,6 +27,7 @@ import enum
 import json
 import logging
 import math
+import operator
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Literal, Protocol, TypeAlias, TypedDict, TypeVar
 
@@ -392,7 +393,7 @@ class _Stub:
 
     def packed(self) -> tuple[Any, ...]:
         """The fields as plain values (``None`` for missing ones): for :mod:`marshal`."""
-        return tuple(None if getattr(self, name) is _MISSING else getattr(self, name) for name in self.__slots__)
+        return tuple([None if value is _MISSING else value for value in _STUB_FIELDS(self)])
 
     @classmethod
     def unpacked(cls, values: tuple[Any, ...]) -> _Stub:
@@ -415,6 +416,9 @@ class _MissingType(enum.Enum):
 
 
 _MISSING = _MissingType.MISSING
+
+
+_STUB_FIELDS = operator.attrgetter(*_Stub.__slots__)
 
 
 def _pack_stubs(known: dict[str, _Stub]) -> dict[str, tuple[Any, ...]]:
