@@ -290,7 +290,10 @@ class _Tracker:
         known: dict[str, _Stub] = {}
         for item in items:
             self._remember(known, item)
-        self._known = dormancy.Dormant(known, pack=_pack_stubs, unpack=_unpack_stubs)
+        if self._known is None:
+            self._known = dormancy.Dormant(known, pack=_pack_stubs, unpack=_unpack_stubs)
+        else:
+            self._known.value = known  # the same box: its timer must not keep the previous memory
         events: list[RawEvent] = []
         if previous is not None:
             for key, stub in previous.items():

@@ -90,7 +90,7 @@ class Dormant(Generic[T]):
         due = self._used + self.quiet
         if loop.time() < due:
             self._timer = loop.call_at(due, self._pack_if_quiet, loop)
-        elif len(self._live) >= MIN_PACKED:  # not earlier: unpacking costs as much as packing
+        elif len(self._live) >= MIN_PACKED:  # a small container keeps too little memory to be worth it
             try:
                 packed = marshal.dumps(self._pack(self._live))
             except ValueError:  # contents that marshal cannot store: keep them as they are
