@@ -103,27 +103,23 @@ def walk() -> dict[int, Arena]:
     objects in the pools that it has yet to read.
     """
     types = _types()
-    pools = array.array('Q')
-    for start, end in list(_anonymous_regions()):
-        address = (start + POOL_SIZE - 1) & ~(POOL_SIZE - 1)
-        while address + POOL_SIZE <= end:
-            if _pool(ctypes.string_at(address, HEADER.size)) is not None:
-                pools.append(address)
-            address += POOL_SIZE
-    pools_in = array.array('Q')  # per pool: arena index, size, and whether used
+    pools = array.array('Q')  # per pool: arena index, block size, and whether used
     blocks = array.array('Q')  # per live block: pool's number, address, type or dict-keys size, object offset
-    for number, address in enumerate(pools):
-        # One copy of the whole pool, header and blocks together: the walk's own allocations change them.
-        data = ctypes.string_at(address, POOL_SIZE)
-        header = _pool(data)
-        if header is None:
-            pools_in.extend((2**64 - 1, 0, 0))
-            continue
-        count, freeblock, index, szidx, nextoffset = header
-        pools_in.extend((index, (szidx + 1) << 4, 1 if count else 0))
-        if count:
-            _blocks(number, address, data, freeblock, szidx, nextoffset, blocks, types)
-    return _tally(pools, pools_in, blocks, types)
+    for start, end in list(_anonymous_regions()):
+        first = (start + POOL_SIZE - 1) & ~(POOL_SIZE - 1)
+        for address in range(first, end - POOL_SIZE + 1, POOL_SIZE):
+            if _pool(ctypes.string_at(address, HEADER.size)) is None:
+                continue  # not a pool: its 16 KiB need no reading
+            # One copy of the whole pool, header and blocks together: the walk's own allocations change them.
+            data = ctypes.string_at(address, POOL_SIZE)
+            header = _pool(data)
+            if header is None:
+                continue
+            count, freeblock, index, szidx, nextoffset = header
+            if count:
+                _blocks(len(pools) // 3, address, data, freeblock, szidx, nextoffset, blocks, types)
+            pools.extend((index, (szidx + 1) << 4, 1 if count else 0))
+    return _tally(pools, blocks, types)
 
 
 def _blocks(number: int, address: int, data: bytes, freeblock: int, szidx: int, nextoffset: int,
@@ -139,19 +135,17 @@ def _blocks(number: int, address: int, data: bytes, freeblock: int, szidx: int, 
             blocks.extend((number, address + offset, what, skip + 1))
 
 
-def _tally(pools: array.array[int], pools_in: array.array[int], blocks: array.array[int],
-           types: dict[int, type]) -> dict[int, Arena]:
+def _tally(pools: array.array[int], blocks: array.array[int], types: dict[int, type]) -> dict[int, Arena]:
     arenas: dict[int, Arena] = {}
-    for number in range(len(pools)):
-        index, _, used = pools_in[number * 3:number * 3 + 3]
-        if index != 2**64 - 1:
-            arena = arenas.setdefault(index, Arena(index))
-            arena.pools += 1
-            arena.used_pools += used
+    for number in range(len(pools) // 3):
+        index, _, used = pools[number * 3:number * 3 + 3]
+        arena = arenas.setdefault(index, Arena(index))
+        arena.pools += 1
+        arena.used_pools += used
     for i in range(0, len(blocks), 4):
         number, address, what, skip = blocks[i:i + 4]
-        arena = arenas[pools_in[number * 3]]
-        arena.live_bytes += pools_in[number * 3 + 1]
+        arena = arenas[pools[number * 3]]
+        arena.live_bytes += pools[number * 3 + 1]
         if skip:
             cls = types[what]
             kind = cls.__qualname__ if cls.__module__ == 'builtins' else f"{cls.__module__}.{cls.__qualname__}"
@@ -159,7 +153,7 @@ def _tally(pools: array.array[int], pools_in: array.array[int], blocks: array.ar
         elif what:
             kind = f"(dict keys {1 << what})"
         else:
-            kind = f"(raw {pools_in[number * 3 + 1]} B)"
+            kind = f"(raw {pools[number * 3 + 1]} B)"
         arena.kinds[kind] += 1
     return arenas
 

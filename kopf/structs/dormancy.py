@@ -40,7 +40,7 @@ class Dormant(Generic[T]):
     across an ``await``: packing replaces it.
     """
 
-    __slots__ = ('_live', '_loop', '_pack', '_packed', '_timer', '_unpack', '_used', 'quiet')
+    __slots__ = ('_live', '_pack', '_packed', '_timer_loop', '_unpack', '_used', 'quiet')
 
     def __init__(self, value: T, *, pack: Callable[[T], Any], unpack: Callable[[Any], T],
                  quiet: float | None = None) -> None:
@@ -49,8 +49,7 @@ class Dormant(Generic[T]):
         self._pack = pack
         self._unpack = unpack
         self._used = 0.0
-        self._timer: asyncio.TimerHandle | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None  # of the timer
+        self._timer_loop: asyncio.AbstractEventLoop | None = None  # where the packing is scheduled, if it is
         self.quiet = QUIET if quiet is None else quiet
 
     @property
@@ -78,18 +77,22 @@ class Dormant(Generic[T]):
         except RuntimeError:
             return  # nothing to pack it later: it stays as it is
         self._used = loop.time()
-        if self._timer is None or self._loop is not loop:  # none yet, or in a loop that has ended
-            self._timer, self._loop = loop.call_at(self._used + self.quiet, self._pack_if_quiet, loop), loop
+        if self._timer_loop is not loop:  # not scheduled yet, or in a loop that has ended
+            self._schedule(loop, self._used + self.quiet)
+
+    def _schedule(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        loop.call_at(when, self._pack_if_quiet, loop)
+        self._timer_loop = loop
 
     def _pack_if_quiet(self, loop: asyncio.AbstractEventLoop) -> None:
-        if loop is not self._loop:
+        if loop is not self._timer_loop:
             return  # a timer of an earlier loop
-        self._timer = None
+        self._timer_loop = None
         if self._live is None:
             return
         due = self._used + self.quiet
         if loop.time() < due:
-            self._timer = loop.call_at(due, self._pack_if_quiet, loop)
+            self._schedule(loop, due)
         elif len(self._live) >= MIN_PACKED:  # a small container keeps too little memory to be worth it
             try:
                 packed = marshal.dumps(self._pack(self._live))
