@@ -7,7 +7,7 @@ setup(
     python_requires='>=3.10',
     packages=find_packages(include=['kopf', 'kopf.*']),
     package_data={'kopf': ['py.typed']},
-    entry_points={'console_scripts': ['kopf = kopf.cli:main']},
+    entry_points={'console_scripts': ['kopf = kopf.cli:console']},
     install_requires=[
         'aiohttp',
         'pykube-ng',

@@ -68,7 +68,7 @@ async def measure(plane: ControlPlane, options: sidebyside.Options, directory: P
         tuple({**os.environ, 'PYTHONPATH': str(REPO), SNAPSHOT_DIR_ENV: str(directory),
                FRAMES_ENV: str(frames), **({PROFILE_ENV: str(directory / 'profile.out')} if profile else {}),
                **({REGIONS_ENV: '1'} if regions else {}),
-               **({ARENAS_ENV: '1'} if arenas else {}),
+               **({ARENAS_ENV: '1', 'PYTHONMALLOC': 'pymalloc'} if arenas else {}),  # its arenas are the walk's
                }.items()))
     api = sidebyside.Api(plane.server, plane.ssl_context())
     namespace = f'memory-{os.getpid()}'

@@ -1,3 +1,3 @@
-from kopf.cli import main
+from kopf.cli import console
 
-main()
+console()

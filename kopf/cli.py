@@ -33,7 +33,7 @@ from kopf.clients import auth
 from kopf.clients.auth import APIContext, LoginError
 from kopf.clients.errors import APIConnectionError, APIError, describe_api_failure
 from kopf.config import OperatorConfig
-from kopf.engines import logsetup
+from kopf.engines import allocation, logsetup
 from kopf.errors import ActivityError
 from kopf.reactor import exiting, freezing, peering, running
 from kopf.reactor.registries import OperatorRegistry, get_default_registry
@@ -88,6 +88,18 @@ def _import(action: Callable[[], object], what: str) -> None:
 @click.version_option(package_name='kopf', prog_name='kopf')
 def main() -> None:
     """Kubernetes Operator Pythonic Framework."""
+
+
+def console() -> None:
+    """
+    The ``kopf`` command as installed, and ``python -m kopf``.
+
+    ``kopf run`` first starts CPython over with its C allocator, unless the
+    user chose one with ``PYTHONMALLOC``: see :mod:`kopf.engines.allocation`.
+    """
+    if sys.argv[1:2] == ['run']:
+        allocation.use_c_allocator()
+    main()
 
 
 @main.command()

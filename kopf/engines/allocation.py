@@ -13,25 +13,35 @@ threshold fixed, it is given back when the connections are closed.
 
 Freed small blocks are a different matter: glibc keeps them in its heap,
 which it gives back only from its top, unless asked (``malloc_trim``) to give
-back every free page. :func:`trim_when_quiet` asks it whenever its free
-memory has grown in a burst of work and the process has then gone quiet. With CPython's own
-allocator for small objects (the default) that is little, since CPython
-keeps its small objects apart in arenas of its own; with
-``PYTHONMALLOC=malloc`` it is most of a burst's memory (see the docs on memory).
+back every free page. :func:`trim_when_quiet` asks it, after a full garbage
+collection, whenever its free memory has grown in a burst of work and the
+process has then gone quiet.
+
+Most of an operator's blocks are CPython's small objects, though, and by
+default CPython keeps those in arenas of its own (1 MiB each), which go
+back to the system only when entirely free: a few long-lived objects made
+during a burst (the HTTP libraries' caches, free lists) keep most of the
+burst's arenas resident. So ``kopf run`` starts CPython over with
+``PYTHONMALLOC=malloc`` (:func:`use_c_allocator`) unless the user chose an
+allocator, and its small objects come from glibc too, and go back with the
+rest. The docs on memory have the figures of both.
 
 Only ``kopf run`` and :func:`kopf.run` do all this, since they own the
-process; an operator embedded in another application leaves the allocator
-alone. Elsewhere than with glibc, nothing is done.
+process (and only ``kopf run`` starts it over); an operator embedded in
+another application leaves the allocator alone. Elsewhere than with glibc,
+nothing is done.
 """
 from __future__ import annotations
 
 import asyncio
 import ctypes
+import gc
 import logging
 import os
 import platform
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 logger = logging.getLogger('kopf.engines.allocation')
@@ -44,6 +54,10 @@ MMAP_THRESHOLD = 128 * 1024  # glibc's own initial value; setting it explicitly 
 QUIET_INTERVAL = 10.0  # seconds
 QUIET_CPU_SHARE = 0.05  # of one core, over the interval
 TRIM_GROWTH = 8 * 2**20  # bytes
+
+# The user's choice of CPython's allocator; and the mark of a process that kopf started over with its own choice.
+ALLOCATOR_VARIABLE = 'PYTHONMALLOC'
+RESTARTED_VARIABLE = 'KOPF_STARTED_WITH_MALLOC'
 
 
 def _glibc(name: str) -> Any:
@@ -117,14 +131,18 @@ async def trim_when_quiet(
         cpu_time: Callable[[], float] = time.process_time,
         measure: Callable[[], int] = free_memory,
         release: Callable[[], bool] = release_free_memory,
+        collect: Callable[[], int] = gc.collect,
 ) -> None:
     """
     Forever: once the allocator's free memory has grown by ``growth`` since the last trim, trim when quiet.
 
     Quiet means that the process used less than ``cpu_share`` of a core over
     the last ``interval``: trimming a busy heap would give back pages that
-    are taken again a moment later. A trim costs milliseconds and happens
-    once per burst at most, since the growth is counted from the last trim.
+    are taken again a moment later. Before the trim, a full garbage
+    collection frees the burst's reference cycles, which would otherwise
+    wait for the next full collection, however long that takes. Both cost
+    milliseconds and happen once per burst at most, since the growth is
+    counted from the last trim.
     """
     baseline = measure()
     while True:
@@ -134,6 +152,50 @@ async def trim_when_quiet(
         if size < baseline:
             baseline = size  # memory taken again: the new base, so that the next freeing is noticed
         elif size - baseline >= growth and cpu_time() - started < cpu_share * interval:
+            collect()  # the burst's reference cycles, else kept until the next full collection
             release()
             baseline = measure()
             logger.debug("Gave the free memory back to the system when quiet (%d KiB).", size // 1024)
+
+
+def restart_command(environ: Mapping[str, str]) -> tuple[str, list[str], dict[str, str]] | None:
+    """
+    How to start this process over with the C allocator (program, arguments, environment); None if it should not.
+
+    It should not when the user chose an allocator (``PYTHONMALLOC`` is set,
+    e.g. to ``pymalloc`` to keep CPython's), when it has been started over
+    already, without glibc, in a frozen application, under a debugger or a
+    tracer, when CPython ignores the environment (``-E``, ``-I``), or when
+    the command cannot be repeated (code given with ``-c`` or on stdin).
+    """
+    if environ.get(ALLOCATOR_VARIABLE) or RESTARTED_VARIABLE in environ:  # CPython ignores it empty, too
+        return None
+    if _glibc('malloc_trim') is None or getattr(sys, 'frozen', False) or sys.flags.ignore_environment:
+        return None
+    if sys.gettrace() is not None or not sys.executable or not os.path.isfile(sys.argv[0]):
+        return None
+    return sys.executable, list(sys.orig_argv), {**environ, ALLOCATOR_VARIABLE: 'malloc', RESTARTED_VARIABLE: '1'}
+
+
+def use_c_allocator() -> None:
+    """
+    Start this process over with ``PYTHONMALLOC=malloc`` if it should (see :func:`restart_command`).
+
+    It replaces the process (the same PID) and never returns, unless the
+    system refuses, in which case the process goes on as it is. In the
+    process started over, both variables are removed again, so that the
+    processes that the handlers start get the environment the user gave.
+    """
+    if os.environ.pop(RESTARTED_VARIABLE, None) is not None:
+        os.environ.pop(ALLOCATOR_VARIABLE, None)
+        return
+    command = restart_command(os.environ)
+    if command is None:
+        return
+    program, arguments, environment = command
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(program, arguments, environment)
+    except OSError as e:
+        logger.debug("Could not start over with the C allocator: %s", e)
