@@ -285,3 +285,18 @@ def test_replica_options_reach_the_operator(monkeypatch, tmp_path, invoke):
     assert runs[0]['identity'] == 'pod-1'
     assert invoke('run', str(path), '--ha', '--lease-name', 'my-lease').exit_code == 0
     assert runs[1]['ha'] is True and runs[1]['peering_name'] == 'my-lease'
+
+
+@pytest.mark.parametrize('argv, starts_over', [
+    (['kopf', 'run', '--help'], True),
+    (['kopf', '--help'], False),
+    (['kopf', 'inspect', '--help'], False),
+])
+def test_only_the_installed_kopf_run_considers_the_c_allocator(monkeypatch, argv, starts_over):
+    considered = []
+    monkeypatch.setattr(cli.allocation, 'use_c_allocator', lambda: considered.append(True))
+    monkeypatch.setattr('sys.argv', argv)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.console()
+    assert exit_info.value.code == 0
+    assert considered == ([True] if starts_over else [])
