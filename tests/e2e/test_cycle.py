@@ -106,7 +106,7 @@ def test_a_rejected_result_costs_no_progress_and_is_reported_once(kube, namespac
 
     assert sorted(call['handler'] for call in read_calls(calls)) == ['h0', 'h1']  # not re-run
     assert 'status' not in obj or 'h0' not in obj['status']
+    assert operator.stop() == 0  # the whole log, also what was written after the progress landed
     rejections = [line for line in operator.output.splitlines() if 'rejected the patch' in line]
     assert len(rejections) == 1, operator.output
     assert 'status.h0' in rejections[0] and 'integer' in rejections[0]  # what, and the server's own words
-    assert operator.stop() == 0

@@ -277,8 +277,8 @@ def test_update_diff_and_deletion_via_finalizer(kube, namespace, operators, tmp_
         ('change', ('spec', 'field'), 'old', 'new'),
     ]
 
+    assert 'kopf.zalando.org/finalizer' in kube.get(path)['metadata']['finalizers']  # deletion waits for it
     kube.delete(path)
-    assert kube.get(path)['metadata'].get('deletionTimestamp')  # held by our finalizer
     wait_for(lambda: kube.find(path) is None, timeout=30, what="the deletion to complete")
     assert handlers_called(calls).count('delete') == 1
     assert handlers_called(calls).count('update') == 1
