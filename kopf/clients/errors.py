@@ -154,6 +154,17 @@ async def check_response(response: aiohttp.ClientResponse) -> None:
     raise error
 
 
+def too_large(error: APIError) -> bool:
+    """
+    Whether the server refuses the request for its size: repeating it cannot help.
+
+    The API server says so with 413; etcd behind it with a 500 whose message
+    reads "etcdserver: request is too large" (a gRPC ``ResourceExhausted``).
+    """
+    text = str(error).lower()
+    return error.status == 413 or 'too large' in text or 'resourceexhausted' in text.replace(' ', '')
+
+
 def parse_retry_after(value: str | None) -> float | None:
     """Seconds from a ``Retry-After`` header (the API server sends seconds; dates are not used)."""
     if value is None:

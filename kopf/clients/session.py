@@ -39,6 +39,7 @@ from kopf.clients.errors import (
     APIUnauthorizedError,
     LoginError,
     check_response,
+    too_large,
 )
 from kopf.structs.credentials import AiohttpSession, ConnectionInfo
 from kopf.structs.resources import ParamValue, build_query
@@ -396,7 +397,7 @@ class APIContext:
                 await asyncio.sleep(pause)
                 continue
             except APIError as e:
-                if not isinstance(e, APIServerError):
+                if not isinstance(e, APIServerError) or too_large(e):  # too large is too large the next time, too
                     raise
                 delay = next(backoffs, None)
                 if delay is None:

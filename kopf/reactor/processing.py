@@ -50,6 +50,7 @@ from kopf.clients.errors import (
     APITooManyRequestsError,
     APIUnauthorizedError,
     APIUnprocessableError,
+    too_large,
 )
 from kopf.config import OperatorConfig
 from kopf.engines.loggers import ObjectLogger
@@ -220,7 +221,7 @@ async def _send(
             _give_up(watch, body, e, logger, f"{rejection} " if rejection else '', _unsendable(e, watch))
             return ProcessingOutcome(delay=REJECTED_PATCH_DELAY)
         except APIError as e:
-            if isinstance(e, APIServerError) and not _too_large(e):
+            if isinstance(e, APIServerError) and not too_large(e):
                 logger.warning("Failed to patch the object (attempt %d of %d): %s",
                                attempt, PATCH_ATTEMPTS, _explain(e))
                 await asyncio.sleep(PATCH_PAUSE * attempt)
@@ -265,7 +266,7 @@ def _refusal(error: APIError) -> str:
     """What the server has said about the part of a patch it refuses."""
     if isinstance(error, APIUnprocessableError):
         return f"The server rejected the patch as invalid: {_explain(error)}"
-    if _too_large(error):
+    if too_large(error):
         return f"The server rejected the patch as too large: {_explain(error)}"
     return f"The server refused the patch: {_explain(error)}"
 
@@ -306,12 +307,6 @@ def _explain(error: APIError) -> str:
 def _cause(cause: Mapping[str, Any]) -> str:
     field, message = cause.get('field'), cause.get('message') or cause.get('reason') or ''
     return _cut(f"{field}: {message}" if field else str(message), MAX_EXPLANATION // 2)
-
-
-def _too_large(error: APIError) -> bool:
-    """Whether the server (or etcd behind it) refuses the request for its size: it will never fit."""
-    text = str(error).lower()
-    return error.status == 413 or 'too large' in text or 'resourceexhausted' in text.replace(' ', '')
 
 
 def _size(patch: Patch) -> int:

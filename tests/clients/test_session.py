@@ -16,6 +16,7 @@ from kopf.clients import session
 from kopf.clients.errors import (
     APIConflictError,
     APIConnectionError,
+    APIError,
     APIForbiddenError,
     APINotFoundError,
     APIServerError,
@@ -155,6 +156,20 @@ async def test_request_gives_up_on_5xx_after_the_bounded_retries(context, arespo
     with pytest.raises(APIServerError, match='broken'):
         await context.request('GET', '/x')
     assert len(history()) == 3  # the first attempt and 2 retries
+
+
+@pytest.mark.parametrize('code, reason, message', [
+    (500, 'InternalError', 'etcdserver: request is too large'),
+    (413, 'RequestEntityTooLarge', 'the request is too large'),
+])
+async def test_a_request_too_large_is_raised_at_once_not_retried(
+        context, aresponses, host, history, caplog, code, reason, message):
+    aresponses.add(host, '/x', 'PATCH', status_response(aresponses, code, reason, message), repeat=5)
+    with caplog.at_level(logging.WARNING, logger='kopf.clients.session'):
+        with pytest.raises(APIError, match='request is too large'):
+            await context.request('PATCH', '/x', json={'spec': {}})
+    assert len(history()) == 1
+    assert 'retrying' not in caplog.text
 
 
 async def test_request_retries_connection_errors_then_succeeds(context, aresponses, host, history):
