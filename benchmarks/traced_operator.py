@@ -14,7 +14,6 @@ import asyncio
 import collections
 import contextlib
 import cProfile
-import ctypes
 import gc
 import json
 import os
@@ -109,9 +108,9 @@ def _dump(directory: Path) -> None:
 
 def _trim(directory: Path) -> None:
     """Give the allocator's free memory back to the system, to tell free-but-kept memory from live."""
+    from kopf.engines import allocation
     gc.collect()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL('libc.so.6').malloc_trim(0)
+    allocation.release_free_memory()
     (directory / 'trimmed.done').touch()
 
 
