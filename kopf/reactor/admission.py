@@ -115,8 +115,8 @@ def _select(
     resource = next(iter(matching.values()), None) or Resource(
         group=request.group, version=request.version, plural=request.plural, kind=request.kind)
     candidates: list[AdmissionHandler] = []
-    for selector in matching:
-        for handler in registry.get_admission_handlers(selector):
+    for served in dict.fromkeys(matching.values()):
+        for handler in registry.get_admission_handlers(served):
             if not any(handler is known for known in candidates):
                 candidates.append(handler)
     if webhook is not None:

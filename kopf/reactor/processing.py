@@ -128,7 +128,7 @@ async def _process(
     first_seen = key not in watch.seen
     try:
         result = await cycle.handle_object(
-            registry=watch.registry, config=watch.config, resource=watch.selector,
+            registry=watch.registry, config=watch.config, resource=watch.resource,
             event_type=raw_event.get('type'), body=body, first_seen=first_seen, memo=watch.memo, logger=logger,
             stages=watch.stages, indexes=watch.indexes, resolved=watch.resource)
     except Exception:

@@ -329,24 +329,34 @@ async def _resolve(context: APIContext, selectors: Collection[Selector]) -> dict
     """
     Resolve every resource of the handlers; an unknown one stops the operator with its name.
 
-    ``kopf.EVERYTHING`` adds every other served resource (under a selector of
-    its own), so that no resource is watched twice.
+    The selectors of many resources (``kopf.EVERYTHING``, categories,
+    callables) add every other served resource that they select (each under
+    a selector of its own), so that no resource is watched twice.
     """
     resolved: dict[Selector, Resource] = {}
     for selector in selectors:
-        if selector.everything:
+        if not selector.is_specific:
             continue
         try:
             resolved[selector] = await discovery.resolve(context=context, selector=selector)
         except (discovery.ResourceNotFoundError, discovery.AmbiguousResourceError) as e:
             raise OperatorError(f"Cannot serve the resource {selector}: {e}") from e
         logger.info("Serving %s as %s.", selector, resolved[selector])
-    if any(selector.everything for selector in selectors):
-        served = {(resource.group, resource.plural) for resource in resolved.values()}
-        others = [r for r in await discovery.scan(context=context) if (r.group, r.plural) not in served]
-        for resource in others:
-            resolved[Selector(group=resource.group, version=resource.version, plural=resource.plural)] = resource
-        logger.info("Serving everything: %d more resources.", len(others))
+    multiple = [selector for selector in selectors if not selector.is_specific]
+    if multiple:
+        # A resource is watched in one version, unless a callable chooses several versions itself.
+        served: set[tuple[str, ...]] = {(resource.group, resource.plural) for resource in resolved.values()}
+        served |= {(resource.group, resource.plural, resource.version) for resource in resolved.values()}
+        scanned = await discovery.scan(context=context, all_versions=any(s.predicate for s in multiple))
+        for selector in multiple:
+            picked = discovery.select(selector, scanned)
+            keys = {resource: (resource.group, resource.plural) + ((resource.version,) if selector.predicate else ())
+                    for resource in picked}
+            others = [resource for resource in picked if keys[resource] not in served]
+            for resource in others:
+                resolved[Selector(group=resource.group, version=resource.version, plural=resource.plural)] = resource
+                served.add(keys[resource])
+            logger.info("Serving %s: %d more resources.", selector, len(others))
     return resolved
 
 
@@ -385,11 +395,15 @@ async def _watch_all(
                         cluster.ClusterAccess(ObjectsClient(handling_context)))
     keepers: list[daemons.Daemons] = []  # the daemons and timers of every watch, stopped at exit
     indexes = indexes if indexes is not None else indexing.OperatorIndexes(registry)
+    # One watch per served resource, however many selectors name it: its handlers are found by the resource.
+    first_selectors: dict[Resource, Selector] = {}
+    for selector, resource in resources.items():
+        first_selectors.setdefault(resource, selector)
     streams = [(selector, resource, namespace if resource.namespaced else None)
-               for selector, resource in resources.items()
+               for resource, selector in first_selectors.items()
                for namespace in (namespaces if resource.namespaced else (None,))]
-    for selector, _, namespace in streams:
-        if registry.get_indexing_handlers(selector):
+    for selector, resource, namespace in streams:
+        if registry.get_indexing_handlers(resource):
             indexes.expect((selector, namespace))  # before any stream starts: handlers wait for all
     watchers = [
         asyncio.create_task(_watch_one(
@@ -443,7 +457,7 @@ def _stages(
         gate: fencing.Gate | None,
 ) -> tuple[cycle.Stage, ...]:
     """What runs on every event of the resource: the event handlers, and its daemons and timers if it has any."""
-    if not registry.has_spawning_handlers(selector):
+    if not registry.has_spawning_handlers(resource):
         return cycle.STAGES
     keeper = daemons.Daemons(patcher=functools.partial(daemons.patch_object, context=context, resource=resource),
                              permit=gate.admits if gate is not None else None)
@@ -489,9 +503,9 @@ async def _watch_one(
 
     stream: AsyncIterator[queueing.RawEvent]
     stream = open_stream(stop) if gate is None else fencing.gated_stream(gate, open_stream, stop=stop)
-    if indexes is not None and watch.registry.get_indexing_handlers(watch.selector):
+    if indexes is not None and watch.registry.get_indexing_handlers(watch.resource):
         # Every replica indexes every event, before the gate decides which objects it handles.
-        stream = indexes.indexed(stream, listing=listing, registry=watch.registry, selector=watch.selector,
+        stream = indexes.indexed(stream, listing=listing, registry=watch.registry, selector=watch.resource,
                                  resource=watch.resource, config=watch.config, memo=watch.memo)
     await queueing.watch_objects(stream=stream, processor=functools.partial(processing.process_event, watch),
                                  settings=watch.config.batching, gate=gate)
