@@ -305,7 +305,9 @@ async def _login(
             return result
     if results:
         raise OperatorError("The login handlers returned no kopf.ConnectionInfo (or kopf.AiohttpSession).")
-    return await asyncio.get_running_loop().run_in_executor(None, auth.login_default)
+    info = await asyncio.get_running_loop().run_in_executor(None, auth.login_default)
+    await asyncio.get_running_loop().run_in_executor(None, auth.configure_official_client)
+    return info
 
 
 def _api_context(info: ConnectionInfo | AiohttpSession, *, config: OperatorConfig, relogin: auth.Relogin) -> APIContext:
