@@ -67,7 +67,7 @@ async def serve_admission_request(
         'new': Body(request.object) if request.object is not None else None,
         'diff': diffs.diff(request.old_object, request.object),
         'logger': ObjectLogger(body=original, logger=_objects_logger),
-        'memo': memo, 'config': config, 'settings': config,
+        'memo': memo,
         'resource': resource, 'subresource': request.subresource, 'operation': request.operation,
         'dryrun': request.dryrun, 'warnings': warnings, 'userinfo': request.userinfo,
         'headers': dict(headers or {}), 'sslpeer': dict(sslpeer or {}),  # {} without a client certificate, as in Kopf

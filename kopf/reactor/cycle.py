@@ -352,7 +352,9 @@ async def handle_object(
 
     delays: list[float] = []
     holding = False
-    observed = arguments.with_event(EventArguments(type=event_type, raw=body.raw))
+    # Event handlers are attempted once per event: as in Kopf, they are told it is their first attempt.
+    observed = arguments.with_event(EventArguments(type=event_type, raw=body.raw)).with_attempt(
+        HandlerState.from_scratch(clock=clock))
     for stage in stages:
         answer = await stage(registry, resource, cause, observed)
         if isinstance(answer, Holding):
