@@ -348,6 +348,7 @@ async def handle_object(
         resume_ids=selection.resume_ids(registry, resource),
         requires_finalizer=functools.partial(selection.requires_finalizer, registry, resource,
                                              arguments=arguments, logger=logger),
+        selected=functools.partial(selection.selects, registry, resource, arguments=arguments),
         persistence=storage)
 
     delays: list[float] = []
