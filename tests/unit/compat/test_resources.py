@@ -117,3 +117,12 @@ async def test_one_function_under_overlapping_selectors_is_called_once_as_in_kop
 
     reasons = [kwargs.get('reason') for _, kwargs in calls]  # the event handler first, then the cause
     assert len(reasons) == 2 and set(reasons) == {'create', None}
+
+
+@pytest.mark.parametrize('args', [('v1', 'pods'), ('', 'v1', 'pods')])
+def test_v1_is_the_core_api_as_in_kopf(args):
+    registry = OperatorRegistry()
+
+    kopf.on.create(*args, registry=registry)(fn)
+
+    assert selected(registry, KEX, PODS, SECRETS) == [PODS]
