@@ -9,6 +9,7 @@ calls a login again when the credentials expire or are refused.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -53,28 +54,46 @@ Logger: TypeAlias = 'logging.Logger | logging.LoggerAdapter[Any]'
 # --- Credentials --------------------------------------------------------------------------------
 
 
-def login_default() -> ConnectionInfo:
+def login_default(*, settings: Any = None) -> ConnectionInfo:
     """
     The credentials an operator uses when the user provides none.
 
     Inside a pod (the service host variable and the token file are present),
     the pod's service account is tried first; then the kubeconfig. Trying the
     kubeconfig even inside a pod helps setups that mount one explicitly.
+    With ``settings.networking.trust_env``, the proxies of the environment
+    are used (see :func:`_trusting`).
     """
     failures: list[str] = []
     if _looks_like_incluster():
         try:
-            return login_via_incluster()
+            return _trusting(login_via_incluster(), settings)
         except LoginError as e:
             failures.append(f"in-cluster service account: {e}")
     else:
         failures.append("in-cluster service account: not running in a pod "
                         f"(no KUBERNETES_SERVICE_HOST or no {SERVICE_ACCOUNT_DIR}/token)")
     try:
-        return login_via_kubeconfig()
+        return _trusting(login_via_kubeconfig(), settings)
     except LoginError as e:
         failures.append(f"kubeconfig: {e}")
     raise LoginError(f"Cannot log in to any Kubernetes cluster. Tried: {'; '.join(failures)}")
+
+
+def _trusting(info: ConnectionInfo, settings: Any) -> ConnectionInfo:
+    """
+    The credentials of a built-in login, with ``trust_env`` if the operator's settings ask for it.
+
+    As in Kopf, ``settings.networking.trust_env = True`` makes the built-in
+    logins take the proxies (``HTTPS_PROXY``, ``NO_PROXY``, ...) and
+    ``~/.netrc`` from the environment; a login handler's own
+    :class:`ConnectionInfo` says ``trust_env=`` itself. ``settings`` is the
+    operator's settings as the login handlers get them (``None``: defaults).
+    """
+    networking = getattr(settings, 'networking', None)
+    if getattr(networking, 'trust_env', False) and not info.trust_env:
+        return dataclasses.replace(info, trust_env=True)
+    return info
 
 
 def _looks_like_incluster() -> bool:
@@ -131,21 +150,21 @@ def login_via_kubeconfig(path: str | os.PathLike[str] | None = None, context: st
 # --- Kopf-compatible login helpers (for @kopf.on.login handlers) ---------------------------------
 
 
-def login_with_service_account(**_: Any) -> ConnectionInfo | None:
-    """The pod's service account, or ``None`` outside of a pod."""
+def login_with_service_account(*, settings: Any = None, **_: Any) -> ConnectionInfo | None:
+    """The pod's service account, or ``None`` outside of a pod; ``trust_env`` as the settings say."""
     if not _looks_like_incluster():
         return None
-    return login_via_incluster()
+    return _trusting(login_via_incluster(), settings)
 
 
-def login_with_kubeconfig(**_: Any) -> ConnectionInfo | None:
-    """The kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``), or ``None`` if there is none."""
+def login_with_kubeconfig(*, settings: Any = None, **_: Any) -> ConnectionInfo | None:
+    """The kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``), or ``None`` if there is none; ``trust_env`` too."""
     if not any(path.is_file() for path in kubeconfig.kubeconfig_paths()):
         return None
-    return login_via_kubeconfig()
+    return _trusting(login_via_kubeconfig(), settings)
 
 
-def login_via_pykube(*, logger: Logger | None = None, **_: Any) -> ConnectionInfo | None:
+def login_via_pykube(*, logger: Logger | None = None, settings: Any = None, **_: Any) -> ConnectionInfo | None:
     """
     The credentials as ``pykube-ng`` finds them: the service account, else the kubeconfig.
 
@@ -172,7 +191,7 @@ def login_via_pykube(*, logger: Logger | None = None, **_: Any) -> ConnectionInf
     cert = user.get('client-certificate')
     key = user.get('client-key')
     namespace = config.namespace
-    return ConnectionInfo(
+    return _trusting(ConnectionInfo(
         server=str(cluster['server']),
         ca_path=str(ca.filename()) if ca is not None else None,
         insecure=bool(cluster.get('insecure-skip-tls-verify')),
@@ -182,10 +201,10 @@ def login_via_pykube(*, logger: Logger | None = None, **_: Any) -> ConnectionInf
         certificate_path=str(cert.filename()) if cert is not None else None,
         private_key_path=str(key.filename()) if key is not None else None,
         default_namespace=namespace if namespace and namespace != 'default' else None,
-    )
+    ), settings)
 
 
-def login_via_client(*, logger: Logger | None = None, **_: Any) -> ConnectionInfo | None:
+def login_via_client(*, logger: Logger | None = None, settings: Any = None, **_: Any) -> ConnectionInfo | None:
     """
     The credentials as the official ``kubernetes`` client loads them (in-cluster, else kubeconfig).
 
@@ -208,10 +227,11 @@ def login_via_client(*, logger: Logger | None = None, **_: Any) -> ConnectionInf
             log.debug("The kubernetes client has found no configuration: %s", type(e).__name__)
             return None
     kubernetes.client.Configuration.set_default(configuration)  # as in Kopf: the handlers' clients use it too
-    return _info_from_client_configuration(configuration)
+    return _trusting(_info_from_client_configuration(configuration), settings)
 
 
-async def login_via_async_client(*, logger: Logger | None = None, **_: Any) -> ConnectionInfo | None:
+async def login_via_async_client(*, logger: Logger | None = None, settings: Any = None,
+                                 **_: Any) -> ConnectionInfo | None:
     """
     The credentials as ``kubernetes_asyncio`` loads them (in-cluster, else kubeconfig).
 
@@ -234,7 +254,7 @@ async def login_via_async_client(*, logger: Logger | None = None, **_: Any) -> C
         except kubernetes_asyncio.config.ConfigException as e:
             log.debug("kubernetes_asyncio has found no configuration: %s", type(e).__name__)
             return None
-    return _info_from_client_configuration(configuration)
+    return _trusting(_info_from_client_configuration(configuration), settings)
 
 
 # --- The official client, configured for the handlers -------------------------------------------

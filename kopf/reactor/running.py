@@ -305,7 +305,8 @@ async def _login(
             return result
     if results:
         raise OperatorError("The login handlers returned no kopf.ConnectionInfo (or kopf.AiohttpSession).")
-    info = await asyncio.get_running_loop().run_in_executor(None, auth.login_default)
+    login = functools.partial(auth.login_default, settings=config)  # trust_env as the settings say
+    info = await asyncio.get_running_loop().run_in_executor(None, login)
     await asyncio.get_running_loop().run_in_executor(None, auth.configure_official_client)
     return info
 

@@ -16,7 +16,10 @@ import os
 import shutil
 import ssl
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import aiohttp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,8 +42,9 @@ class ConnectionInfo:
     requests through an HTTP proxy; ``trust_env`` takes the proxies from the
     environment (``HTTPS_PROXY``, ``NO_PROXY``, ...) and ``~/.netrc``.
 
-    :meth:`as_http_headers` and :meth:`as_ssl_context` give what an HTTP
-    session needs, e.g. to build one's own :class:`AiohttpSession`.
+    :meth:`as_http_headers`, :meth:`as_aiohttp_basic_auth` and
+    :meth:`as_ssl_context` give what an HTTP session needs, e.g. to build
+    one's own :class:`AiohttpSession`.
     """
 
     server: str
@@ -77,6 +81,17 @@ class ConnectionInfo:
             except OSError:
                 pass  # the token given beside it, if any, is used
         return self.authorization(token)
+
+    def as_aiohttp_basic_auth(self) -> aiohttp.BasicAuth | None:
+        """
+        The ``auth=`` of an ``aiohttp`` session: ``None``, as in Kopf 1.45.2.
+
+        :meth:`as_http_headers` carries the user and password already (as
+        it carries a token), so a session made with both, as Kopf's docs
+        show, authenticates once: aiohttp refuses an ``auth=`` beside an
+        ``Authorization`` header.
+        """
+        return None
 
     def authorization(self, token: str | None) -> dict[str, str]:
         """The ``Authorization`` header with this token, else with the user and password, if any."""

@@ -314,6 +314,20 @@ def test_login_via_pykube_from_a_kubeconfig(tmp_path, monkeypatch):
                                   default_namespace='ns1')
 
 
+@pytest.mark.parametrize('login', ['login_with_kubeconfig', 'login_with_service_account', 'login_via_pykube',
+                                   'login_default'])
+def test_the_built_in_logins_trust_the_environment_if_the_settings_say_so(login, service_account, tmp_path,
+                                                                          monkeypatch):
+    simple_kubeconfig(tmp_path / 'home' / '.kube' / 'config')
+    if login != 'login_with_service_account':
+        monkeypatch.delenv('KUBERNETES_SERVICE_HOST')
+    settings = kopf.OperatorSettings()
+
+    assert not getattr(kopf, login)(settings=settings).trust_env
+    settings.networking.trust_env = True
+    assert getattr(kopf, login)(settings=settings).trust_env
+
+
 def test_login_via_pykube_without_configuration_gives_nothing():
     assert kopf.login_via_pykube() is None
 
@@ -339,6 +353,10 @@ def test_login_via_client_from_a_kubeconfig(tmp_path, monkeypatch, tls, client_d
     assert info.ca_path == str(tmp_path / 'ca.crt')
     assert info.insecure is False
     assert client_default.get_default_copy().host == 'https://k8s:6443'  # as in Kopf: the handlers' clients too
+    assert not info.trust_env
+    settings = kopf.OperatorSettings()
+    settings.networking.trust_env = True
+    assert kopf.login_via_client(logger=logging.getLogger(), settings=settings).trust_env
 
 
 def test_login_via_client_without_configuration_gives_nothing(client_default):
@@ -351,6 +369,10 @@ async def test_login_via_async_client_from_a_kubeconfig(tmp_path, monkeypatch):
     info = await kopf.login_via_async_client(logger=logging.getLogger())
     assert info.server == 'https://k8s:6443'
     assert info.token == 'async-token'
+    assert not info.trust_env
+    settings = kopf.OperatorSettings()
+    settings.networking.trust_env = True
+    assert (await kopf.login_via_async_client(logger=logging.getLogger(), settings=settings)).trust_env
 
 
 @pytest.mark.parametrize('module, login, package', [

@@ -1,7 +1,9 @@
 import dataclasses
 import ssl
 
+import aiohttp
 import pytest
+from aiohttp import web
 
 from kopf.structs.credentials import AiohttpSession, ConnectionInfo
 
@@ -45,6 +47,26 @@ def test_http_headers_as_kopf_gives_them():
     assert ConnectionInfo(server='s', token='t', scheme='Custom').as_http_headers() == {'Authorization': 'Custom t'}
     assert ConnectionInfo(server='s', username='u', password='p').as_http_headers() == {'Authorization': 'Basic dTpw'}
     assert ConnectionInfo(server='s').as_http_headers() == {}
+
+
+@pytest.mark.parametrize('info, expected', [
+    (ConnectionInfo(server='http://fake-k8s', username='u', password='p'), 'Basic dTpw'),
+    (ConnectionInfo(server='http://fake-k8s', token='t'), 'Bearer t'),
+])
+async def test_a_session_made_as_kopfs_docs_show_authenticates_once(aresponses, info, expected):
+    seen = []
+
+    async def answer(request):
+        seen.append(request.headers.getall('Authorization'))
+        return web.json_response({})
+
+    aresponses.add('fake-k8s', '/api', 'GET', answer)
+    # Kopf's custom session: the headers and the basic auth of the credentials, side by side.
+    async with aiohttp.ClientSession(headers=info.as_http_headers(), auth=info.as_aiohttp_basic_auth()) as session:
+        async with session.get(f'{info.server}/api') as response:
+            assert response.status == 200
+
+    assert seen == [[expected]]
 
 
 def test_http_headers_read_the_token_file(tmp_path):
