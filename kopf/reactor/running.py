@@ -55,10 +55,20 @@ class OperatorError(Exception):
     """The operator cannot start or run; the message says why."""
 
 
-def run(**kwargs: Any) -> None:
-    """Run the operator until it is stopped (SIGINT/SIGTERM or the stop flag); blocks."""
+def run(*, loop: asyncio.AbstractEventLoop | None = None, **kwargs: Any) -> None:
+    """
+    Run the operator until it is stopped (SIGINT/SIGTERM or the stop flag); blocks.
+
+    ``loop``, as in Kopf, is the event loop to run it in (e.g. uvloop's); it
+    stays open afterwards: it is the caller's. Without it, a new loop is
+    made and closed (:func:`asyncio.run`).
+    """
     allocation.return_big_buffers()  # the process is the operator's: its memory goes back after bursts
-    asyncio.run(_owning_the_process(operator(**kwargs)))
+    main = _owning_the_process(operator(**kwargs))
+    if loop is None:
+        asyncio.run(main)
+    else:
+        loop.run_until_complete(main)
 
 
 async def _owning_the_process(main: Coroutine[Any, Any, None]) -> None:
