@@ -257,8 +257,8 @@ class ExecutionConfig:
     """
     The executor for synchronous handlers; ``max_workers`` resizes it.
 
-    ``default_backoff`` is Kopf's setting of the retry delay of handlers
-    without ``backoff=`` (60 seconds, as in Kopf); see docs/configuration.rst.
+    ``default_backoff`` is the retry delay after an unexpected exception of
+    the handlers without ``backoff=`` (60 seconds, as in Kopf).
     """
 
     def __init__(self, *, max_workers: int | None = None) -> None:

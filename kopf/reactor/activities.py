@@ -150,7 +150,8 @@ async def _run_one(
             raise ConfigurationError(f"{e} ({caller}) This is a configuration error, not retried: "
                                      f"fix it and start the operator again.") from e
 
-    return await execution.attempt(handler, past, call=call, logger=logger)
+    return await execution.attempt(handler, past, call=call, logger=logger,
+                                   default_backoff=config.execution.default_backoff)
 
 
 def _misused_by(error: BaseException) -> str | None:

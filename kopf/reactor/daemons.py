@@ -440,7 +440,8 @@ class Daemons:
         patch = Patch()
         kwargs = self._kwargs(runner, patch, state)
         outcome = await execution.attempt(handler, state, call=functools.partial(self._invoke, runner, kwargs),
-                                          logger=obj.logger)
+                                          logger=obj.logger,
+                                          default_backoff=obj.operator.config.execution.default_backoff)
         del kwargs
         if outcome.final and outcome.exception is None and outcome.result is not None:
             patch.status[handler.id] = outcome.result

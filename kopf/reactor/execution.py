@@ -98,8 +98,14 @@ async def attempt(
         *,
         call: Callable[[], Awaitable[Any]],
         logger: Logger,
+        default_backoff: float = DEFAULT_BACKOFF,
 ) -> HandlerOutcome:
-    """Call the handler once (unless its time or retries are over) and judge the outcome."""
+    """
+    Call the handler once (unless its time or retries are over) and judge the outcome.
+
+    ``default_backoff`` is the retry delay of a handler without ``backoff=``
+    (``settings.execution.default_backoff``).
+    """
     refusal = _exhausted(handler, past, attempts=past.retries, delay=0, last=past.message)
     if refusal is not None:
         logger.error("%s", refusal)
@@ -111,7 +117,8 @@ async def attempt(
         outcome = HandlerOutcome(final=False, delay=e.delay)
     except TemporaryError as e:
         logger.error("%s failed temporarily: %s", handler, _text(e))
-        outcome = HandlerOutcome(final=False, delay=sane_delay(handler, e.delay, logger=logger), exception=e)
+        delay = sane_delay(handler, e.delay, default=default_backoff, logger=logger)
+        outcome = HandlerOutcome(final=False, delay=delay, exception=e)
     except PermanentError as e:
         logger.error("%s failed permanently: %s", handler, _text(e))
         return HandlerOutcome(final=True, exception=e)
@@ -123,7 +130,7 @@ async def attempt(
         if mode == ErrorsMode.PERMANENT:
             _report(logger, handler, e, "it will not be retried.")
             return HandlerOutcome(final=True, exception=e)
-        delay = backoff(handler, logger=logger)
+        delay = backoff(handler, default=default_backoff, logger=logger)
         limit = _limit(handler, past, attempts=past.retries + 1, delay=delay)
         if limit is not None:  # one line says both: the error (with its traceback) and why it is the last
             error, words = limit
@@ -177,7 +184,8 @@ async def run_changing(
         await subhandling.run_pending(context)
         return storable(handler, result)
 
-    outcome = await attempt(handler, past, call=call, logger=logger)
+    default_backoff = arguments.operator.config.execution.default_backoff
+    outcome = await attempt(handler, past, call=call, logger=logger, default_backoff=default_backoff)
     return dataclasses.replace(outcome, subrefs=frozenset(context.executed))
 
 
@@ -242,25 +250,39 @@ def _report(logger: Logger, handler: BaseHandler, e: Exception, consequence: str
         logger.exception("%s failed with an exception; %s", handler, consequence)
 
 
-def backoff(handler: BaseHandler, *, logger: Logger) -> float:
-    """The pause before a handler's retry after an unexpected exception (its ``backoff=``, within limits)."""
-    delay = sane_delay(handler, handler.backoff if handler.backoff is not None else DEFAULT_BACKOFF, logger=logger)
+def backoff(handler: BaseHandler, *, default: float = DEFAULT_BACKOFF, logger: Logger) -> float:
+    """
+    The pause before a handler's retry after an unexpected exception, within limits.
+
+    It is the handler's ``backoff=``, else the ``default``
+    (``settings.execution.default_backoff``, as in Kopf).
+    """
+    if handler.backoff is None and not _is_seconds(default):
+        logger.warning("settings.execution.default_backoff must be a number of seconds, got %.100r; "
+                       "retrying %s in %gs instead.", default, handler, DEFAULT_BACKOFF)
+        return DEFAULT_BACKOFF
+    given = handler.backoff if handler.backoff is not None else default
+    delay = sane_delay(handler, given, default=default, logger=logger)
     return delay if delay is not None else DEFAULT_BACKOFF
 
 
-def sane_delay(handler: BaseHandler, delay: Any, *, logger: Logger) -> float | None:
+def _is_seconds(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and not math.isnan(value)
+
+
+def sane_delay(handler: BaseHandler, delay: Any, *, default: float = DEFAULT_BACKOFF, logger: Logger) -> float | None:
     """
     A retry delay that the handling can live with: a number of seconds from 0 to :data:`MAX_DELAY`.
 
     ``None`` stays (as soon as possible), negative numbers mean now. Longer
-    delays are cut to the maximum, anything else becomes the back-off; both
-    are reported.
+    delays are cut to the maximum, anything else becomes the back-off (the
+    handler's, else the ``default``); both are reported.
     """
     if delay is None:
         return None
-    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or math.isnan(delay):
-        fallback = handler.backoff if handler.backoff is not None else DEFAULT_BACKOFF
-        fallback = min(max(float(fallback), 0.0), MAX_DELAY)
+    if not _is_seconds(delay):
+        fallback = handler.backoff if handler.backoff is not None else default
+        fallback = min(max(float(fallback if _is_seconds(fallback) else DEFAULT_BACKOFF), 0.0), MAX_DELAY)
         logger.warning("%s asked for a retry in %.100r seconds, which is not a number of seconds; "
                        "retrying in %gs (the back-off) instead.", handler, delay, fallback)
         return fallback

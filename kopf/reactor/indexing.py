@@ -265,7 +265,8 @@ class OperatorIndexes(Mapping[str, Index[Any, Any]]):
         try:
             result = await invocation.invoke(handler.fn, kwargs=kwargs, executor=config.execution.executor)
         except Exception as e:
-            self._failed(handler, obj, e, failure=failure, logger=logger)
+            self._failed(handler, obj, e, failure=failure, default_backoff=config.execution.default_backoff,
+                         logger=logger)
             return
         items = indexes.items_of(result)
         if items is not None:
@@ -281,6 +282,7 @@ class OperatorIndexes(Mapping[str, Index[Any, Any]]):
             error: Exception,
             *,
             failure: Failure | None,
+            default_backoff: float = DEFAULT_BACKOFF,
             logger: Logger,
     ) -> None:
         """Decide what the failure does to the object's values, remember it, and log it once."""
@@ -295,7 +297,7 @@ class OperatorIndexes(Mapping[str, Index[Any, Any]]):
         elif isinstance(error, PermanentError) or mode == ErrorsMode.PERMANENT:
             delay = None
         elif mode == ErrorsMode.TEMPORARY:
-            delay = handler.backoff if handler.backoff is not None else DEFAULT_BACKOFF
+            delay = handler.backoff if handler.backoff is not None else default_backoff
         else:
             self._failures[(handler.id, obj)] = Failure(started=started, since=since, retries=retries,
                                                          until=float('-inf'))

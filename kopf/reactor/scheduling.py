@@ -115,7 +115,8 @@ def _plausible(state: State, handlers: Sequence[ChangingHandler], *, batch: Batc
     for handler in handlers:
         delayed = state[handler.id].delayed
         if delayed is not None and delayed > limit and not state[handler.id].finished:
-            delay = execution.backoff(handler, logger=batch.logger)
+            delay = execution.backoff(handler, default=batch.arguments.operator.config.execution.default_backoff,
+                                      logger=batch.logger)
             batch.logger.warning("%s was to be retried at %s, more than a day ahead, which kopf never schedules: "
                                  "its progress record is not plausible. Retrying in %gs (its back-off) instead.",
                                  handler, delayed.isoformat(), delay)

@@ -119,7 +119,7 @@ def test_changing_handler_defaults(registry):
     assert handler.id == 'fn'
     assert handler.retries is None
     assert handler.timeout is None
-    assert handler.backoff == 60
+    assert handler.backoff is None  # settings.execution.default_backoff decides when it is needed
     assert handler.errors == ErrorsMode.TEMPORARY
 
 

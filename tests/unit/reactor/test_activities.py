@@ -43,6 +43,18 @@ async def test_activity_handlers_are_retried_in_memory(registry, config):
     assert [kwargs['retry'] for _, kwargs in calls] == [0, 1, 2]
 
 
+async def test_activity_handlers_without_a_backoff_are_retried_after_the_default_backoff(registry, config, caplog):
+    calls = []
+    config.execution.default_backoff = 0.01
+    kopf.on.startup(id='flaky', registry=registry)(make_handler(calls, 'flaky', failures=[ValueError('x')]))
+
+    await asyncio.wait_for(run_activity(registry=registry, activity='startup', config=config, memo=None,
+                                        logger=logger), timeout=10)  # not 60 s: the setting decides
+
+    assert names(calls) == ['flaky', 'flaky']
+    assert any('will be retried in 0.01s' in record.getMessage() for record in caplog.records)
+
+
 async def test_activity_failures_are_raised_after_all_handlers(registry, config):
     calls = []
     kopf.on.startup(id='bad', registry=registry)(make_handler(calls, 'bad', failures=[PermanentError('no')]))

@@ -459,6 +459,21 @@ async def test_a_daemon_that_raises_is_retried_with_its_backoff_and_logged_once_
     assert len(attempts) == 3  # failed for good: not started again for this object
 
 
+async def test_a_daemon_without_a_backoff_is_retried_after_the_default_backoff(cluster, registry, config):
+    attempts = []
+    config.execution.default_backoff = 0.1
+
+    @kopf.daemon(*RESOURCE, registry=registry, id='failing', retries=2)
+    def failing(retry, **_):
+        attempts.append(time.monotonic())
+        raise ValueError(f"boom {retry}")
+
+    await cluster.event('ADDED')
+    await eventually(lambda: len(attempts) == 2)  # not in 60 s: the setting decides
+
+    assert attempts[1] - attempts[0] >= 0.09
+
+
 async def test_a_temporary_error_restarts_the_daemon_after_its_delay(cluster, registry):
     attempts = []
 

@@ -54,11 +54,11 @@ def indexes(registry, clock):
 @pytest.fixture()
 def feed(registry):
     """Index events as the watch stream of the resource would."""
-    async def feed(indexes, *events, memo=None):
+    async def feed(indexes, *events, memo=None, config=None):
         handlers = registry.get_indexing_handlers(SELECTOR)
         for raw_event in events:
-            await indexes.index_event(raw_event, handlers=handlers, resource=RESOLVED, config=OperatorConfig(),
-                                      memo=memo)
+            await indexes.index_event(raw_event, handlers=handlers, resource=RESOLVED,
+                                      config=config or OperatorConfig(), memo=memo)
     return feed
 
 
@@ -259,6 +259,20 @@ async def test_exceptions_in_the_temporary_mode_wait_for_the_backoff(registry, i
     assert dict(idx['idx']) == {}
     clock.advance(1)
     await feed(idx, ev('MODIFIED', 'a'))
+    assert contents(idx['idx']) == {'a': ['ok']}
+
+
+async def test_without_a_backoff_the_setting_is_the_backoff(registry, indexes, feed, clock):
+    config = OperatorConfig()
+    config.execution.default_backoff = 5
+    kopf.index(*RESOURCE, id='idx', errors=kopf.ErrorsMode.TEMPORARY, registry=registry)(explode(None))
+    idx = indexes()
+    await feed(idx, ev(None, 'a'), ev('MODIFIED', 'a', spec={'fail': 'exception'}), config=config)
+    clock.advance(4)
+    await feed(idx, ev('MODIFIED', 'a'), config=config)
+    assert dict(idx['idx']) == {}
+    clock.advance(1)
+    await feed(idx, ev('MODIFIED', 'a'), config=config)
     assert contents(idx['idx']) == {'a': ['ok']}
 
 
