@@ -11,6 +11,9 @@ messages of handlers and of the framework at or above that level.
 Messages are only queued here, never sent directly, so that logging stays
 synchronous and cheap; a background task of the operator sends them. Posting
 must never break handling: failures are logged and dropped.
+
+No Events are posted about Events (as in Kopf): an operator that handles
+Events would otherwise feed itself a new Event for every message about one.
 """
 from __future__ import annotations
 
@@ -60,6 +63,8 @@ def enqueue(event: K8sEvent, *, level: int | None = None) -> None:
 
 def _queue(event: K8sEvent) -> None:
     """Queue an event of the operator running in this context; warn if no operator runs."""
+    if is_event(event.ref):
+        return  # silently, as in Kopf: messages about Events must not make more Events
     try:
         queue = event_queue_var.get()
         loop = event_loop_var.get()
@@ -74,6 +79,12 @@ def _queue(event: K8sEvent) -> None:
         queue.put_nowait(event)
     else:
         loop.call_soon_threadsafe(queue.put_nowait, event)
+
+
+def is_event(ref: Mapping[str, Any]) -> bool:
+    """Whether an object is a Kubernetes Event itself (of the core API or of ``events.k8s.io``)."""
+    api_version = str(ref.get('apiVersion') or '')
+    return ref.get('kind') == 'Event' and (api_version == 'v1' or api_version.startswith('events.k8s.io/'))
 
 
 def event(objs: Mapping[str, Any] | Iterable[Mapping[str, Any]], *, type: str, reason: str, message: str = '') -> None:

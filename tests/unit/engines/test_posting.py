@@ -92,6 +92,19 @@ async def test_log_records_at_or_above_the_level_become_events_when_loggers_are_
         ('Normal', 'Logging', 'handled'), ('Warning', 'Logging', 'failed')]
 
 
+@pytest.mark.parametrize('api_version', ['v1', 'events.k8s.io/v1'])
+async def test_log_messages_about_events_are_never_posted(api_version):
+    queue = bind_queue()
+    event = {'apiVersion': api_version, 'kind': 'Event', 'metadata': {'name': 'e', 'namespace': 'ns', 'uid': 'e'}}
+    log, handler = posting_logger('test.posting.events', PostingConfig(loggers=True))
+    try:
+        ObjectLogger(body=event, logger=log).error("about an event")
+        ObjectLogger(body=BODY, logger=log).error("about a config map")
+    finally:
+        log.removeHandler(handler)
+    assert [e.ref['name'] for e in [queue.get_nowait() for _ in range(queue.qsize())]] == ['n']
+
+
 async def test_disabled_posting_queues_nothing():
     queue = bind_queue()
     log, handler = posting_logger('test.posting.disabled', PostingConfig(enabled=False, loggers=True))
