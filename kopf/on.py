@@ -195,15 +195,21 @@ def resume(
         when: WhenFilter | None = None,
         field: dicts.FieldSpec | None = None,
         value: ValueFilter = None,
+        deleted: bool = False,
         param: Any = None,
         registry: OperatorRegistry | None = None,
         **names: Unpack[ResourceNames],
 ) -> Decorator[F]:
-    """Called when the operator starts and finds an object that it has handled before."""
+    """
+    Called when the operator starts and finds an object that it has handled before.
+
+    An object found being deleted is not resumed, only deleted -- unless
+    ``deleted=True``: then this handler runs beside the delete handlers.
+    """
     selector = Selector.from_args(*resource, **names)
     return _changing(selector, Reason.RESUME, id=id, retries=retries, timeout=timeout, backoff=backoff,
                      errors=errors, labels=labels, annotations=annotations, when=when, param=param,
-                     registry=registry, field=field, value=value)
+                     registry=registry, field=field, value=value, deleted=deleted)
 
 
 def delete(
@@ -589,6 +595,7 @@ def _changing(
         value: ValueFilter = None,
         old: ValueFilter = None,
         new: ValueFilter = None,
+        deleted: bool = False,
 ) -> Decorator[F]:
     _check_policy(retries=retries, timeout=timeout, backoff=backoff)
     check_field_filters(field=field, value=value, old=old, new=new)
@@ -599,8 +606,9 @@ def _changing(
         base = id if id is not None else default_id(fn)
         handler = ChangingHandler(
             fn=fn, id=field_id(base, path, fn) if path else HandlerId(base), reason=reason, field=path,
-            value=value, old=old, new=new, optional=optional, errors=errors, timeout=timeout, retries=retries,
-            backoff=backoff, labels=labels, annotations=annotations, when=when, param=param)
+            value=value, old=old, new=new, optional=optional, deleted=bool(deleted), errors=errors,
+            timeout=timeout, retries=retries, backoff=backoff, labels=labels, annotations=annotations, when=when,
+            param=param)
         _registry(registry).register_changing_handler(selector, handler)
         return fn
     return decorator

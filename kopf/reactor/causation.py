@@ -32,7 +32,9 @@ otherwise                                              ``NOOP``
 that was handled before is resuming on its first sight since the operator
 started, and for as long as any resume handler of it has progress stored
 (so that a resume that needs several cycles is not forgotten after the
-first one). Objects being deleted never resume.
+first one). Objects being deleted resume only for the resume handlers with
+``deleted=True`` (on the first sight, or while those have progress stored),
+beside the delete handlers.
 
 The cause is derived only from the event and the object itself (its deletion
 mark, finalizers, diff-base and stored progress, read through the cycle's
@@ -113,6 +115,7 @@ async def detect(
         requires_finalizer: Callable[[Essences], bool],
         persistence: Persistence,
         selected: Callable[[Essences], bool] = lambda essences: True,
+        resume_deleted_ids: Collection[HandlerId] = (),
 ) -> Cause:
     """
     Decide the cause of a handling cycle (see the module's rules).
@@ -124,13 +127,16 @@ async def detect(
     ``requires_finalizer``: whether a delete handler is interested in the
     object (its filters may look at the essences). ``first_seen``: whether
     this is the first event of the object since the operator started.
+    ``resume_deleted_ids``: the resume handlers that run for a deletion too.
     """
     if event_type == 'DELETED':
         return Cause(Reason.GONE)
     if finalizers.is_deletion_ongoing(body):
         if not finalizers.is_deletion_blocked(body, finalizer):
             return Cause(Reason.NOOP, deleting=True)
-        return Cause(Reason.DELETE, essences=await persistence.essences(), deleting=True)
+        essences = await persistence.essences()
+        resuming = bool(resume_deleted_ids) and (first_seen or await persistence.holds_any(resume_deleted_ids))
+        return Cause(Reason.DELETE, essences=essences, deleting=True, resuming=resuming)
     if not handled and not guarded:
         return Cause(Reason.NOOP)
     essences = await persistence.essences()

@@ -346,6 +346,7 @@ async def handle_object(
         event_type=event_type, body=body, finalizer=config.persistence.finalizer, first_seen=first_seen,
         handled=handled, guarded=registry.has_spawning_handlers(resource),
         resume_ids=selection.resume_ids(registry, resource),
+        resume_deleted_ids=selection.resume_ids(registry, resource, deleted=True),
         requires_finalizer=functools.partial(selection.requires_finalizer, registry, resource,
                                              arguments=arguments, logger=logger),
         selected=functools.partial(selection.selects, registry, resource, arguments=arguments),

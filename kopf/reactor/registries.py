@@ -120,11 +120,14 @@ class ChangingHandler(ResourceHandler):
     ``reason`` is ``None`` for field handlers (they join the create and update
     causes when their field changed) and for sub-handlers (they run with
     their parent's cause). ``old``/``new`` filter the field's change (see
-    :attr:`watches_change`).
+    :attr:`watches_change`). ``deleted`` (resume handlers only) makes the
+    handler run also when the object is found being deleted, beside the
+    delete handlers.
     """
 
     reason: Reason | None = None
     optional: bool = False
+    deleted: bool = False
     old: filters.ValueFilter = dataclasses.field(default=None, hash=False)
     new: filters.ValueFilter = dataclasses.field(default=None, hash=False)
 

@@ -6,6 +6,8 @@ The handlers of a cause are those declared for it, plus:
 * field handlers, on create and update, when their field has changed;
 * resume handlers, on an update while the object is resuming (it changed
   while the operator was away);
+* resume handlers with ``deleted=True``, on a deletion found at the
+  operator's start (the others never run for an object being deleted);
 
 each once (a function that is both an update and a resume handler runs
 once), and only if its filters accept the object (:mod:`~kopf.reactor.filters`):
@@ -55,6 +57,9 @@ def changing_handlers(
         candidates += registry.get_field_handlers(resource)  # if their field has changed (see the filters)
     if cause.reason == Reason.UPDATE and cause.resuming:
         candidates += registry.get_changing_handlers(resource, Reason.RESUME)
+    if cause.reason == Reason.DELETE and cause.resuming:
+        candidates += [handler for handler in registry.get_changing_handlers(resource, Reason.RESUME)
+                       if handler.deleted]
     selected: dict[HandlerId, ChangingHandler] = {}
     for handler in candidates:
         if handler.id not in selected and matches(handler, arguments=arguments, logger=logger):
@@ -144,9 +149,10 @@ def selects(
     return False
 
 
-def resume_ids(registry: OperatorRegistry, resource: ResourceKey) -> list[HandlerId]:
-    """The ids of the resume handlers: their stored progress means that resuming is not over."""
-    return [handler.id for handler in registry.get_changing_handlers(resource, Reason.RESUME)]
+def resume_ids(registry: OperatorRegistry, resource: ResourceKey, *, deleted: bool = False) -> list[HandlerId]:
+    """The ids of the resume handlers (only those with ``deleted=True``, if asked): their progress means resuming."""
+    return [handler.id for handler in registry.get_changing_handlers(resource, Reason.RESUME)
+            if handler.deleted or not deleted]
 
 
 def all_ids(registry: OperatorRegistry, resource: ResourceKey) -> list[HandlerId]:

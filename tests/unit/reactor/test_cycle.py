@@ -574,6 +574,36 @@ async def test_resuming_survives_the_finalizer_cycle(server, registry):
     assert names(calls) == ['r']
 
 
+async def test_resume_handlers_with_deleted_join_a_deletion_found_at_the_start_until_they_finish(server, registry):
+    calls = []
+    kopf.on.delete(*RESOURCE, id='d', registry=registry)(make_handler(calls, 'd'))
+    kopf.on.resume(*RESOURCE, id='r', registry=registry)(make_handler(calls, 'r'))
+    kopf.on.resume(*RESOURCE, id='rd', deleted=True, registry=registry)(
+        make_handler(calls, 'rd', failures=[TemporaryError('later', delay=1)]))
+    await server.run()
+    server.change({'metadata': {'deletionTimestamp': '2020-01-01T00:00:00Z'}})  # while the operator is away
+
+    results = await server.run(first_seen=True)  # only the first cycle is the first sight
+
+    assert [r.cause for r in results] == ['delete', 'delete']
+    assert names(calls) == ['d', 'rd', 'rd']  # retried after the first sight: its progress says it is due
+    assert calls[-1][1]['reason'] == 'delete'
+    assert server.gone
+
+
+async def test_resume_handlers_with_deleted_do_not_run_for_a_deletion_while_the_operator_runs(server, registry):
+    calls = []
+    kopf.on.delete(*RESOURCE, id='d', registry=registry)(make_handler(calls, 'd'))
+    kopf.on.resume(*RESOURCE, id='rd', deleted=True, registry=registry)(make_handler(calls, 'rd'))
+    await server.run()
+    server.change({'metadata': {'deletionTimestamp': '2020-01-01T00:00:00Z'}})
+
+    await server.run()
+
+    assert names(calls) == ['d']
+    assert server.gone
+
+
 # The wake-up marker.
 
 async def test_touch_makes_a_unique_dummy_change(server, config, clock):
