@@ -517,11 +517,19 @@ def subhandler(
         retries: int | None = None,
         backoff: float | None = None,
         param: Any = None,
+        labels: MetaFilter | None = None,
+        annotations: MetaFilter | None = None,
+        when: WhenFilter | None = None,
+        field: dicts.FieldSpec | None = None,
+        value: ValueFilter = None,
+        old: ValueFilter = None,
+        new: ValueFilter = None,
 ) -> Decorator[F]:
-    """The decorator form of :func:`kopf.register`, for use inside a handler."""
+    """The decorator form of :func:`kopf.register`, for use inside a handler; with the filters of handlers."""
     def decorator(fn: F) -> F:
         subhandling.register(fn, id=id, errors=errors, timeout=timeout, retries=retries,
-                             backoff=backoff, param=param)
+                             backoff=backoff, param=param, labels=labels, annotations=annotations,
+                             when=when, field=field, value=value, old=old, new=new)
         return fn
     return decorator
 

@@ -49,7 +49,7 @@ from kopf.errors import (
     PermanentError,
     TemporaryError,
 )
-from kopf.reactor import invocation, subhandling
+from kopf.reactor import filters, invocation, subhandling
 from kopf.reactor.arguments import Arguments, Attempts, Logger
 from kopf.reactor.registries import DEFAULT_BACKOFF, BaseHandler, ChangingHandler, WatchingHandler
 from kopf.structs.ids import HandlerId
@@ -169,7 +169,8 @@ async def run_changing(
     records are purged together with their parent's. The ``stopwatch``, if
     given, counts the handler's own time.
     """
-    context = subhandling.SubhandlingContext(parent_id=handler.id, run=children)
+    context = subhandling.SubhandlingContext(parent_id=handler.id, run=children,
+                                             selects=_sub_selector(arguments.for_handler(handler), logger=logger))
     kwargs = arguments.for_handler(handler).with_attempt(past).render()
     trail = attempted.get()
     if trail is not None:
@@ -187,6 +188,30 @@ async def run_changing(
     default_backoff = arguments.operator.config.execution.default_backoff
     outcome = await attempt(handler, past, call=call, logger=logger, default_backoff=default_backoff)
     return dataclasses.replace(outcome, subrefs=frozenset(context.executed))
+
+
+def _sub_selector(parent: Arguments, *, logger: Logger) -> subhandling.SubSelector:
+    """
+    Whether a sub-handler's filters accept the object, as its parent sees it; a failing filter skips it.
+
+    ``field=``/``value=`` check the field's current value; ``old=``/``new=``
+    how the parent's cause has changed it (as for the handlers of changes).
+    """
+    def selects(child: ChangingHandler) -> bool:
+        if not (child.labels or child.annotations or child.when is not None or child.field):
+            return True  # no filters: nothing to render and ask
+        assert parent.object is not None, "Only handlers of objects have sub-handlers."
+        view = parent.for_handler(child)
+        transition: filters.Transition | None = None
+        if child.field and (child.old is not None or child.new is not None) and view.cause is not None:
+            transition = filters.Transition(before=view.cause.old, after=view.cause.new,
+                                            changed=bool(view.cause.diff), old=child.old, new=child.new)
+        try:
+            return filters.match(child, body=parent.object.body, kwargs=view.render(), transition=transition)
+        except Exception:
+            logger.exception("The filters of %s have failed; the sub-handler is skipped.", child)
+            return False
+    return selects
 
 
 async def run_watching(

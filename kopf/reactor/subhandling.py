@@ -7,9 +7,17 @@ keep their progress like any handler; the parent is finished only when all
 its sub-handlers are. Sub-handlers that were registered but not executed
 explicitly run after the parent returns.
 
+Sub-handlers take the filters of handlers (``labels=``, ``annotations=``,
+``when=``, ``field=`` with ``value=``, or ``old=``/``new=``), as in Kopf:
+a sub-handler that they do not accept is not run, and its parent does not
+wait for it. The filters see the object as the parent does (its cause, its
+keyword arguments); ``field=``/``value=`` check the field's current value,
+``old=``/``new=`` how the parent's cause has changed it.
+
 Which parent is running is known from a context variable, set by the
 handling cycle around each invocation; the handling cycle also provides how
-to run the sub-handlers, so that this module does not depend on it.
+to run the sub-handlers and which of them the filters accept, so that this
+module does not depend on it.
 """
 from __future__ import annotations
 
@@ -19,12 +27,20 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from kopf.errors import ErrorsMode
+from kopf.reactor.filters import MetaFilter, ValueFilter, WhenFilter, check_field_filters
 from kopf.reactor.lifecycles import LifeCycleFn
 from kopf.reactor.registries import ChangingHandler, SubRegistry, check_id, default_id
+from kopf.structs import dicts
 from kopf.structs.ids import HandlerId
 
 # Runs these sub-handlers of the current parent once; raises if they are not all finished successfully.
 SubRunner = Callable[[Sequence[ChangingHandler], LifeCycleFn | None], Awaitable[None]]
+# Whether a sub-handler's filters accept the object (as the parent sees it).
+SubSelector = Callable[[ChangingHandler], bool]
+
+
+def _everything(handler: ChangingHandler) -> bool:
+    return True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +51,7 @@ class SubhandlingContext:
     run: SubRunner
     registry: SubRegistry = dataclasses.field(default_factory=SubRegistry)
     executed: set[HandlerId] = dataclasses.field(default_factory=set)
+    selects: SubSelector = _everything
 
     def child_id(self, id: str) -> HandlerId:
         return HandlerId(f"{self.parent_id}/{id}")
@@ -67,12 +84,22 @@ def make_subhandler(
         retries: int | None = None,
         backoff: float | None = None,
         param: Any = None,
+        labels: MetaFilter | None = None,
+        annotations: MetaFilter | None = None,
+        when: WhenFilter | None = None,
+        field: dicts.FieldSpec | None = None,
+        value: ValueFilter = None,
+        old: ValueFilter = None,
+        new: ValueFilter = None,
 ) -> ChangingHandler:
     base = id if id is not None else default_id(fn)
     check_id(base, fn)
+    check_field_filters(field=field, value=value, old=old, new=new)
     return ChangingHandler(
         fn=fn, id=context.child_id(base),
-        errors=errors, timeout=timeout, retries=retries, backoff=backoff, param=param)
+        errors=errors, timeout=timeout, retries=retries, backoff=backoff, param=param,
+        labels=labels, annotations=annotations, when=when, field=dicts.parse_field(field) or None,
+        value=value, old=old, new=new)
 
 
 def register(
@@ -84,12 +111,25 @@ def register(
         retries: int | None = None,
         backoff: float | None = None,
         param: Any = None,
+        labels: MetaFilter | None = None,
+        annotations: MetaFilter | None = None,
+        when: WhenFilter | None = None,
+        field: dicts.FieldSpec | None = None,
+        value: ValueFilter = None,
+        old: ValueFilter = None,
+        new: ValueFilter = None,
 ) -> Callable[..., Any]:
-    """Declare a sub-handler of the running handler; it runs after the handler returns (or on execute)."""
+    """
+    Declare a sub-handler of the running handler; it runs after the handler returns (or on execute).
+
+    The filters are those of handlers: a sub-handler that they do not
+    accept is skipped (see the module's docstring).
+    """
     context = _current()
     context.registry.register(make_subhandler(
         fn, context=context, id=id, errors=errors, timeout=timeout, retries=retries,
-        backoff=backoff, param=param))
+        backoff=backoff, param=param, labels=labels, annotations=annotations, when=when,
+        field=field, value=value, old=old, new=new))
     return fn
 
 
@@ -108,7 +148,8 @@ async def execute(
     ``registry`` are prepared sub-handlers. Returns when all of them have
     finished successfully; otherwise raises, so that the parent is retried
     when the soonest sub-handler is due (or fails if a sub-handler failed).
-    Sub-handlers that succeeded earlier are never called again.
+    Sub-handlers that succeeded earlier are never called again; those that
+    their filters do not accept are not called at all.
     """
     context = _current()
     given = [arg for arg in (fns, handlers, registry) if arg is not None]
@@ -135,7 +176,7 @@ async def run_pending(context: SubhandlingContext) -> None:
 async def _run(context: SubhandlingContext, children: Sequence[ChangingHandler], lifecycle: LifeCycleFn | None) -> None:
     SubRegistry(children)  # validate the ids' uniqueness before anything runs
     # Within one invocation, the stored progress is not re-read: never run a child twice.
-    fresh = [child for child in children if child.id not in context.executed]
+    fresh = [child for child in children if child.id not in context.executed and context.selects(child)]
     if fresh:
         context.executed.update(child.id for child in fresh)
         await context.run(fresh, lifecycle)
