@@ -5,9 +5,13 @@ The webhook server hands over the parsed JSON of a review; the handlers of
 the reviewed resource run one after another with the usual object kwargs and
 the admission ones (``dryrun``, ``warnings``, ``userinfo``, ``headers``,
 ``sslpeer``, ``subresource``, ``operation``, and ``patch`` for mutations).
-The first rejection decides: :class:`kopf.AdmissionError` rejects with its
-message and code; any other exception rejects with a message that names the
-handler, unless the handler tolerates failures (``ignore_failures=True``).
+Every handler runs, also after another one has failed; then one failure
+decides, as in Kopf: :class:`kopf.AdmissionError` (which rejects with its
+message and code) before :class:`kopf.PermanentError`, before
+:class:`kopf.TemporaryError`, before any other exception, and the first of
+them in the handlers' order. The others reject with the code 500 and a
+message that names the handler, unless the handler tolerates failures
+(``ignore_failures=True``).
 What mutating handlers put into their ``patch`` (a merge-patch, as elsewhere
 in the framework) is answered as the JSONPatch that the API server requires.
 """
@@ -21,7 +25,7 @@ from typing import Any
 
 from kopf.config import OperatorConfig
 from kopf.engines.loggers import ObjectLogger
-from kopf.errors import AdmissionError
+from kopf.errors import AdmissionError, PermanentError, TemporaryError
 from kopf.reactor import invocation, registries
 from kopf.reactor.registries import AdmissionHandler, OperatorRegistry
 from kopf.structs import diffs, patches, reviews
@@ -73,6 +77,7 @@ async def serve_admission_request(
         'headers': dict(headers or {}), 'sslpeer': dict(sslpeer or {}),  # {} without a client certificate, as in Kopf
     }
     mutated: Any = original
+    rejections: list[tuple[int, reviews.ResponseStatus]] = []  # (precedence, status)
     for handler in handlers:
         patch = Patch()
         kwargs = {**base, 'patch': patch, 'param': handler.param, **(indexes or {})}
@@ -82,20 +87,23 @@ async def serve_admission_request(
             await invocation.invoke(handler.fn, kwargs=kwargs, executor=config.execution.executor)
         except AdmissionError as e:
             logger.info("%s rejected the %s of %s: %s", handler, request.operation, _describe(request), e)
-            return _review(request, warnings=warnings, status=_status(e, handler))
+            rejections.append((0, _status(e, handler)))
+            continue
         except Exception as e:
             if handler.ignore_failures:
                 logger.warning("%s failed: %s: %s; the request is allowed, as ignore_failures=True.",
                                handler, type(e).__name__, e)
                 continue
             logger.exception("%s failed; the %s of %s is rejected.", handler, request.operation, _describe(request))
-            return _review(request, warnings=warnings,
-                           status={'code': 500, 'message': f"{handler} failed: {type(e).__name__}: {e}"})
+            rejections.append((_precedence(e), {'code': 500, 'message': f"{handler} failed: {type(e).__name__}: {e}"}))
+            continue
         if patch and handler.type == WebhookType.MUTATING:
             mutated = patches.apply(mutated, dict(patch))
         elif patch:
             logger.warning("%s is a validating handler; its patch is ignored: %r. "
                            "Use @kopf.on.mutate to change objects.", handler, dict(patch))
+    if rejections:  # one answer only: the first of the most telling kind of failure
+        return _review(request, warnings=warnings, status=min(rejections, key=lambda rejection: rejection[0])[1])
     import jsonpatch  # only operators with mutating webhooks need it
 
     operations = jsonpatch.make_patch(original, mutated).patch if request.object is not None else []
@@ -135,6 +143,15 @@ def _select(
 
 def _subresource_matches(wanted: str | None, actual: str | None) -> bool:
     return wanted == '*' or wanted == actual
+
+
+def _precedence(error: Exception) -> int:
+    """Which failure is reported when several handlers fail (after the admission errors, 0): the lowest."""
+    if isinstance(error, PermanentError):
+        return 1
+    if isinstance(error, TemporaryError):
+        return 2
+    return 3
 
 
 def _status(error: AdmissionError, handler: AdmissionHandler) -> reviews.ResponseStatus:

@@ -116,7 +116,7 @@ async def test_admission_errors_reject_even_with_ignore_failures(registry):
     assert (await serve(registry, review()))['response']['allowed'] is False
 
 
-async def test_the_first_rejection_wins_and_later_handlers_do_not_run(registry):
+async def test_every_handler_runs_and_the_first_rejection_is_reported(registry):
     calls = []
 
     @kopf.on.validate('kopfexamples', registry=registry)
@@ -128,9 +128,49 @@ async def test_the_first_rejection_wins_and_later_handlers_do_not_run(registry):
     def second(**_):
         calls.append('second')
 
+    @kopf.on.validate('kopfexamples', registry=registry)
+    def third(**_):
+        calls.append('third')
+        raise kopf.AdmissionError("third says no")
+
     response = (await serve(registry, review()))['response']
     assert response['status']['message'] == "first says no"
-    assert calls == ['first']
+    assert calls == ['first', 'second', 'third']  # as in Kopf: all run, one failure is reported
+
+
+@pytest.mark.parametrize('errors, reported', [
+    ([ValueError("other"), kopf.TemporaryError("temporary")], "temporary"),
+    ([kopf.TemporaryError("temporary"), kopf.PermanentError("permanent")], "permanent"),
+    ([kopf.PermanentError("permanent"), kopf.AdmissionError("admission", code=400)], "admission"),
+    ([ValueError("other"), RuntimeError("another")], "other"),
+])
+async def test_of_several_failures_the_most_telling_kind_is_reported(registry, errors, reported):
+    for index, error in enumerate(errors):
+        def fail(error=error, **_):
+            raise error
+        kopf.on.validate('kopfexamples', id=f'h{index}', registry=registry)(fail)
+
+    response = (await serve(registry, review()))['response']
+
+    assert response['allowed'] is False
+    assert reported in response['status']['message']
+    assert response['status']['code'] == (400 if reported == 'admission' else 500)
+
+
+async def test_a_failing_mutation_rejects_and_no_patch_is_returned(registry):
+    @kopf.on.mutate('kopfexamples', registry=registry)
+    def failing(patch, **_):
+        patch.spec['a'] = 1
+        raise kopf.PermanentError("no")
+
+    @kopf.on.mutate('kopfexamples', registry=registry)
+    def mutating(patch, **_):
+        patch.spec['b'] = 2
+
+    response = (await serve(registry, review()))['response']
+
+    assert response['allowed'] is False
+    assert 'patch' not in response
 
 
 async def test_warnings_are_returned_also_with_rejections(registry):
