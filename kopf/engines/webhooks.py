@@ -66,6 +66,12 @@ class WebhookServer:
     ``verify_*`` ask clients for certificates (mutual TLS); handlers get the
     peer's certificate as ``sslpeer``. ``insecure=True`` serves plain HTTP,
     which the API server never accepts, for local experiments only.
+
+    As in Kopf, the ``certfile``, ``pkeyfile`` and ``cafile`` are checked
+    every ``file_check_interval`` seconds (``None`` or 0: never), so that
+    certificates renewed in place (cert-manager, mounted secrets) are served
+    without a restart: new connections get the new certificate, and a new
+    CA goes into the webhook configurations.
     """
 
     DEFAULT_HOST: ClassVar[str | None] = None
@@ -87,8 +93,10 @@ class WebhookServer:
     verify_cafile: PathLike | None = None
     verify_capath: PathLike | None = None
     verify_cadata: str | bytes | None = dataclasses.field(default=None, repr=False)
+    file_check_interval: float | None = 60.0
 
     async def __call__(self, fn: WebhookFn) -> AsyncIterator[WebhookClientConfig]:
+        stamps = _stamps(self._files)  # before reading them: a change meanwhile is seen at the first check
         context, cadata = self._ssl()
         app = aiohttp.web.Application()
         app.router.add_post('/{tail:.*}', functools.partial(_serve, fn=fn, prefix=self._prefix))
@@ -101,9 +109,56 @@ class WebhookServer:
                 config = self._client_config(port=port, cadata=cadata)
                 logger.debug("The webhook server listens on %s:%d for %s.", self._addr, port, config.get('url'))
                 yield config
-                await asyncio.Event().wait()  # serve until cancelled
+                async for config in self._follow_files(context, port=port, cadata=cadata, stamps=stamps):
+                    yield config  # until cancelled
             finally:
                 await runner.cleanup()
+
+    async def _follow_files(
+            self,
+            context: ssl.SSLContext | None,
+            *,
+            port: int,
+            cadata: bytes | None,
+            stamps: tuple[tuple[int, int, int] | None, ...],
+    ) -> AsyncIterator[WebhookClientConfig]:
+        """
+        Use the certificate files anew whenever they change; a new client config if the CA has changed.
+
+        The new certificate and key go into the live TLS context, which every
+        new connection uses (the open ones finish as they are): nothing stops
+        listening. A pair that does not load yet (e.g. the certificate is
+        renewed, the key is not written yet) is reported and tried again at
+        the next check; meanwhile the previous one is served.
+        """
+        interval = self.file_check_interval
+        if context is None or not self._files or not interval or interval <= 0:
+            await asyncio.Event().wait()
+            return
+        while True:
+            await asyncio.sleep(interval)
+            current = _stamps(self._files)
+            if current == stamps:
+                continue
+            try:
+                fresh_cadata = self._read(self.cafile, 'cafile') if self.cafile is not None else cadata
+                if self.certfile is not None and self.context is None:
+                    self._load_certificates()  # a trial: a pair that does not load must not spoil the live context
+                    context.load_cert_chain(certfile=self.certfile, keyfile=self.pkeyfile, password=self.password)
+            except (WebhookServerError, OSError, ssl.SSLError) as e:
+                logger.warning("The webhook server's certificate files have changed, but cannot be used yet: %s. "
+                               "The previous certificate is served; trying again in %gs.", e, interval)
+                continue
+            stamps = current
+            logger.info("The webhook server's certificate files have changed: new connections get the new ones.")
+            if fresh_cadata != cadata:
+                cadata = fresh_cadata
+                yield self._client_config(port=port, cadata=cadata)
+
+    @property
+    def _files(self) -> list[PathLike]:
+        """The files that are followed for changes."""
+        return [path for path in (self.certfile, self.pkeyfile, self.cafile) if path is not None]
 
     @property
     def _addr(self) -> str:
@@ -202,6 +257,19 @@ class WebhookServer:
             return Path(path).read_bytes()
         except OSError as e:
             raise WebhookServerError(f"Cannot read {option}={str(path)!r} of the webhook server: {e}") from e
+
+
+def _stamps(paths: Iterable[PathLike]) -> tuple[tuple[int, int, int] | None, ...]:
+    """What tells a file's change without reading it (a renamed-over file or symlink too); ``None``: missing."""
+    stamps: list[tuple[int, int, int] | None] = []
+    for path in paths:
+        try:
+            stat = os.stat(path)
+        except OSError:
+            stamps.append(None)
+        else:
+            stamps.append((stat.st_ino, stat.st_size, stat.st_mtime_ns))
+    return tuple(stamps)
 
 
 async def _serve(request: aiohttp.web.Request, *, fn: WebhookFn, prefix: str) -> aiohttp.web.StreamResponse:

@@ -178,6 +178,66 @@ async def test_provided_certificates_are_used_with_the_provided_ca(tmp_path):
     assert status == 200
 
 
+async def served_certificate(port):
+    """The certificate that a new connection to the server gets (DER)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    _, writer = await asyncio.open_connection('127.0.0.1', port, ssl=context)
+    try:
+        return writer.get_extra_info('ssl_object').getpeercert(binary_form=True)
+    finally:
+        writer.close()
+
+
+def der(pem):
+    return ssl.PEM_cert_to_DER_cert(pem.decode('ascii'))
+
+
+async def eventually(condition, *, timeout=10.0):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await condition():
+        assert asyncio.get_running_loop().time() < deadline, "The condition is not met in time."
+        await asyncio.sleep(0.01)
+
+
+async def test_renewed_certificate_files_are_served_without_a_restart(tmp_path, caplog):
+    first, second = certificates.generate(['127.0.0.1']), certificates.generate(['127.0.0.1'])
+    cert, key, ca = tmp_path / 'cert.pem', tmp_path / 'key.pem', tmp_path / 'ca.pem'
+    cert.write_bytes(first.cert_pem)
+    key.write_bytes(first.key_pem)
+    ca.write_bytes(first.ca_pem)
+    server = kopf.WebhookServer(addr='127.0.0.1', certfile=cert, pkeyfile=key, cafile=ca, file_check_interval=0.01)
+    configs = asyncio.Queue()
+
+    async def serve():  # as the framework runs a server: its configs are taken as they come
+        async for config in server(Recorder()):
+            configs.put_nowait(config)
+
+    serving = asyncio.create_task(serve())
+    try:
+        port = port_of(await configs.get())
+        assert await served_certificate(port) == der(first.cert_pem)
+
+        # Half renewed: the new certificate does not go with the old key. The old pair is served meanwhile.
+        cert.write_bytes(second.cert_pem)
+        async def reported():
+            return "cannot be used yet" in caplog.text
+        await eventually(reported)
+        assert await served_certificate(port) == der(first.cert_pem)
+
+        key.write_bytes(second.key_pem)
+        ca.write_bytes(second.ca_pem)
+        renewed = await asyncio.wait_for(configs.get(), timeout=10)  # the new CA: a new client config
+        assert base64.b64decode(renewed['caBundle']) == second.ca_pem
+        assert await served_certificate(port) == der(second.cert_pem)
+        status, _ = await post(renewed['url'], ssl_context=ca_context(renewed), json=REVIEW)
+        assert status == 200
+    finally:
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
+
+
 @pytest.mark.parametrize('kwargs, message', [
     ({'certfile': '/nonexistent/cert.pem'}, "both certfile= and pkeyfile="),
     ({'certfile': '/nonexistent/cert.pem', 'pkeyfile': '/nonexistent/key.pem'}, "/nonexistent/cert.pem"),
