@@ -13,11 +13,13 @@ them in the handlers' order. The others reject with the code 500 and a
 message that names the handler, unless the handler tolerates failures
 (``ignore_failures=True``).
 What mutating handlers put into their ``patch`` (a merge-patch, as elsewhere
-in the framework) is answered as the JSONPatch that the API server requires.
+in the framework, and its transformation functions ``patch.fns``) is
+answered as the JSONPatch that the API server requires.
 """
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import logging
 from collections.abc import Mapping
@@ -85,6 +87,7 @@ async def serve_admission_request(
             if not registries.matches(handler, body=body, kwargs=kwargs):
                 continue
             await invocation.invoke(handler.fn, kwargs=kwargs, executor=config.execution.executor)
+            contributed = _mutated(mutated, patch) if patch and handler.type == WebhookType.MUTATING else None
         except AdmissionError as e:
             logger.info("%s rejected the %s of %s: %s", handler, request.operation, _describe(request), e)
             rejections.append((0, _status(e, handler)))
@@ -97,8 +100,8 @@ async def serve_admission_request(
             logger.exception("%s failed; the %s of %s is rejected.", handler, request.operation, _describe(request))
             rejections.append((_precedence(e), {'code': 500, 'message': f"{handler} failed: {type(e).__name__}: {e}"}))
             continue
-        if patch and handler.type == WebhookType.MUTATING:
-            mutated = patches.apply(mutated, dict(patch))
+        if contributed is not None:
+            mutated = contributed
         elif patch:
             logger.warning("%s is a validating handler; its patch is ignored: %r. "
                            "Use @kopf.on.mutate to change objects.", handler, dict(patch))
@@ -143,6 +146,16 @@ def _select(
 
 def _subresource_matches(wanted: str | None, actual: str | None) -> bool:
     return wanted == '*' or wanted == actual
+
+
+def _mutated(obj: Any, patch: Patch) -> Any:
+    """The object with a mutating handler's merge-patch, then its transformation functions (``patch.fns``)."""
+    mutated = patches.apply(obj, dict(patch))
+    if patch.fns:
+        mutated = copy.deepcopy(mutated)  # the functions mutate it in place; the request's object stays intact
+        for fn in patch.fns:
+            fn(mutated)
+    return mutated
 
 
 def _precedence(error: Exception) -> int:

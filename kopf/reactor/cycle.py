@@ -37,7 +37,9 @@ Guarantees
   progress of every handler that ran, their results (``status.<id>``), the
   handlers' own changes, the finalizer and the diff-base. Nothing is written
   to the object in the middle of a cycle. (A progress storage outside of the
-  object is written earlier: see below.)
+  object is written earlier: see below. The handlers' transformation
+  functions, ``patch.fns``, are applied after that patch, to the object as
+  it has left it: they need the freshest body.)
 * **Unpersisted work is bounded**: handlers run one after another only while
   the handlers of this cycle have run for less than
   ``config.persistence.max_unpersisted_time`` (1 s by default); then the
@@ -134,6 +136,7 @@ from kopf.structs.bodies import Body
 from kopf.structs.ids import HandlerId
 from kopf.structs.patches import Patch
 from kopf.structs.resources import Resource
+from kopf.structs.typedefs import PatchFn
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,6 +151,8 @@ class HandlingResult:
     ``essential``: if the patch carries more than the progress, the finalizer
     and the diff-base (handlers' results or changes), that part alone, to be
     sent if the whole patch is rejected; ``extras`` names what it lacks.
+    ``fns``: the handlers' transformation functions (``patch.fns``), to be
+    applied to the object after the patch.
     """
 
     patch: Patch
@@ -156,6 +161,7 @@ class HandlingResult:
     done: bool
     essential: Patch | None = None
     extras: tuple[str, ...] = ()
+    fns: tuple[PatchFn, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -390,7 +396,7 @@ async def handle_object(
     fitted = budget.fit(body=body, patch=patch, essential=essential if extras else None, extras=extras,
                         diffbase=config.persistence.diffbase_storage, logger=logger)
     return HandlingResult(patch=fitted.patch, delay=delay, cause=cause.reason.value, done=verdict.done,
-                          essential=fitted.essential, extras=fitted.extras)
+                          essential=fitted.essential, extras=fitted.extras, fns=tuple(changes.fns))
 
 
 async def touch(*, config: OperatorConfig, body: Body, clock: Clock = SYSTEM_CLOCK) -> Patch:

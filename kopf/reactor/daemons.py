@@ -581,9 +581,9 @@ class _Live(Mapping[str, Any]):
 
 
 async def patch_object(body: Body, patch: Patch, logger: Logger, *, context: APIContext, resource: Resource) -> None:
-    """Apply a daemon's or timer's patch to its object (nothing if the object is gone)."""
+    """Apply a daemon's or timer's patch (and its ``patch.fns``) to its object (nothing if the object is gone)."""
     await patching.patch_obj(context=context, resource=resource, namespace=body.metadata.namespace,
-                             name=body.metadata.name or '', patch=patch, logger=logger)
+                             name=body.metadata.name or '', patch=patch, logger=logger, fns=patch.fns, body=body)
 
 
 def _key(body: Body) -> str:

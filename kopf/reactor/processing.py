@@ -63,6 +63,7 @@ from kopf.structs.bodies import Body
 from kopf.structs.ids import HandlerId
 from kopf.structs.patches import Patch
 from kopf.structs.resources import Resource, Selector
+from kopf.structs.typedefs import PatchFn
 
 # How often to re-send a patch that failed for transient reasons (after the client's own retries).
 PATCH_ATTEMPTS = 5
@@ -138,10 +139,13 @@ async def _process(
     watch.seen.add(key)
     if raw_event.get('type') == 'DELETED':
         watch.seen.discard(key)
+    if result.fns and not result.patch:
+        return await _transform(watch, body=body.raw, fns=result.fns, outcome=ProcessingOutcome(delay=result.delay),
+                                logger=logger)
     if not result.patch:
         return ProcessingOutcome(delay=result.delay)
     return await _send(watch, body=body, patch=result.patch, delay=result.delay, logger=logger,
-                       essential=result.essential, extras=result.extras)
+                       essential=result.essential, extras=result.extras, fns=result.fns)
 
 
 def _failed(
@@ -177,6 +181,7 @@ async def _send(
         logger: ObjectLogger,
         essential: Patch | None = None,
         extras: tuple[str, ...] = (),
+        fns: Sequence[PatchFn] = (),
 ) -> ProcessingOutcome:
     """
     Send the patch until it lands, keeping it intact across transient failures.
@@ -184,7 +189,8 @@ async def _send(
     If the server refuses it for what it holds (or it is too large to send)
     and it has an ``essential`` part (the progress, the finalizer, the
     diff-base), the refused rest (``extras``) is reported once and the
-    essential part is sent alone.
+    essential part is sent alone. The transformation functions ``fns`` are
+    applied to the object as the patch has left it (:func:`_transform`).
     """
     name = body.metadata.name or ''
     namespace = body.metadata.namespace
@@ -246,10 +252,50 @@ async def _send(
         if rejection:
             logger.error("%s The handlers' progress is stored without it; they are not run again.", rejection)
         rv = patched.get('metadata', {}).get('resourceVersion')
-        return ProcessingOutcome(delay=delay, resource_version=str(rv) if rv else None, body=patched)
+        outcome = ProcessingOutcome(delay=delay, resource_version=str(rv) if rv else None, body=patched)
+        return await _transform(watch, body=patched, fns=fns, outcome=outcome, logger=logger) if fns else outcome
     logger.error("%sFailed to patch the object %d times; retrying the handling in %ss.",
                  f"{rejection} " if rejection else "", PATCH_ATTEMPTS, REJECTED_PATCH_DELAY)
     return ProcessingOutcome(delay=REJECTED_PATCH_DELAY)
+
+
+async def _transform(
+        watch: ResourceWatch,
+        *,
+        body: Mapping[str, Any],
+        fns: Sequence[PatchFn],
+        outcome: ProcessingOutcome,
+        logger: ObjectLogger,
+) -> ProcessingOutcome:
+    """
+    Apply the handlers' transformation functions to the freshest body, send them as a JSON patch.
+
+    ``outcome`` is that of the patch sent before (if any): the worker awaits
+    the event of the latest of our changes. A failing function, an object
+    that keeps changing, or a refusal lose the functions' changes (only
+    them: the handlers have succeeded, and their progress is stored), with
+    one line that says so.
+    """
+    name = body.get('metadata', {}).get('name') or ''
+    namespace = body.get('metadata', {}).get('namespace')
+    lost = "The changes of the transformation functions (patch.fns) are not stored"
+    try:
+        transformed = await patching.transform_obj(context=watch.context, resource=watch.resource, namespace=namespace,
+                                                   name=name, fns=fns, body=body, logger=logger)
+    except (patching.TransformationError, patching.TransformationConflict) as e:
+        logger.error("%s %s.", e, lost)
+        return outcome
+    except APIError as e:
+        logger.error("%s. %s.", _refusal(e), lost)
+        return outcome
+    except (APIConnectionError, aiohttp.ClientError, asyncio.TimeoutError) as e:
+        logger.error("%s: the API server cannot be reached: %s.", lost, e)
+        return outcome
+    if transformed is None:
+        return ProcessingOutcome()  # gone meanwhile: nothing left to do
+    rv = transformed.get('metadata', {}).get('resourceVersion')
+    return ProcessingOutcome(delay=outcome.delay, resource_version=str(rv) if rv else outcome.resource_version,
+                             body=transformed)
 
 
 def _give_up(watch: ResourceWatch, body: Body, error: APIError, logger: ObjectLogger, *parts: str) -> None:

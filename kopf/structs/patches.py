@@ -3,11 +3,20 @@ A JSON merge-patch (RFC 7386) being accumulated during one handling cycle.
 
 Handlers and storages write into the same patch; the framework sends it once.
 ``None`` as a value means "delete this key" on the server.
+
+Changes that a merge-patch cannot express (a list item added or removed
+where others may have changed the list meanwhile) are given as
+*transformation functions* in ``patch.fns``, as in Kopf: each mutates a
+deep copy of the freshest known body in place; the framework sends the
+difference as a JSON patch, with a check of the object's version, and calls
+the functions again on the newer body if the object has changed meanwhile.
 """
 from __future__ import annotations
 
 from collections.abc import Iterator, MutableMapping
 from typing import Any
+
+from kopf.structs.typedefs import PatchFn
 
 
 class SubPatch(MutableMapping[str, Any]):
@@ -69,7 +78,27 @@ class MetaPatch(SubPatch):
 
 
 class Patch(dict[str, Any]):
-    """A merge-patch as a plain dict, with conveniences for the usual sections."""
+    """
+    A merge-patch as a plain dict, with conveniences for the usual sections.
+
+    ``fns`` are its transformation functions (see the module's docstring);
+    a patch with functions only is not empty (``bool(patch)`` is true), but
+    has no keys.
+    """
+
+    __slots__ = ('__weakref__', '_fns')
+
+    @property
+    def fns(self) -> list[PatchFn]:
+        """The transformation functions of the freshest body: append (or insert) ``fn(body) -> None``."""
+        try:
+            return self._fns
+        except AttributeError:
+            self._fns: list[PatchFn] = []
+            return self._fns
+
+    def __bool__(self) -> bool:
+        return len(self) > 0 or bool(getattr(self, '_fns', None))
 
     @property
     def metadata(self) -> MetaPatch:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Literal, TypeAlias, TypedDict
+from typing import Any, Literal, TypeAlias, TypedDict
 
 from kopf.structs.bodies import RawBody
 
@@ -23,8 +23,8 @@ Logger: TypeAlias = logging.Logger | logging.LoggerAdapter  # type: ignore[type-
 # The ``type`` of a watch event; ``None`` for the objects of the initial listing.
 RawEventType: TypeAlias = Literal[None, 'ADDED', 'MODIFIED', 'DELETED', 'BOOKMARK']
 
-# A function that modifies a raw body in place (e.g. to prepare it before it is sent).
-PatchFn: TypeAlias = Callable[[RawBody], None]
+# A function that modifies a raw body in place: a transformation function of ``patch.fns``.
+PatchFn: TypeAlias = Callable[[dict[str, Any]], None]
 
 
 class RawEvent(TypedDict):

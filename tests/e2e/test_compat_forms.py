@@ -126,3 +126,17 @@ def test_daemon_and_timer_forms_as_in_kopf(kube: KubeAPI, sides: Callable[..., l
     assert ours.records('finisher') == [{'handler': 'finisher', 'name': 'o1'}]  # a daemon that returns is done
     assert [r['reason'] for r in ours.records('watcher_stopped')] == ['FILTERS_MISMATCH', 'RESOURCE_DELETED']
     assert ours.records('get_delay') and theirs.records('get_delay')
+
+
+def test_transformation_functions_as_in_kopf(kube: KubeAPI, sides: Callable[..., list[Side]]) -> None:
+    both = sides('patches.py')
+    for side in both:
+        kube.create(collection(side.namespace), body('o1', items=['a', 'b'], ticks=2))
+    for side in both:
+        obj = side.wait(lambda s=side: (lambda o: o if len((o or {}).get('status', {}).get('log', [])) == 3 else None)(
+            kube.find(s.path('o1'))), what="the creation's and the timer's transformation functions applied")
+        assert obj['spec'] == {'items': ['b'], 'ticks': 2, 'merged': True}
+        assert obj['status']['log'] == ['created', 'tick-1', 'tick-2']
+        assert 'compat.kopf.dev/cleanup' in obj['metadata']['finalizers']
+    ours, theirs = both
+    assert ours.records('create_fn') == theirs.records('create_fn') == [{'handler': 'create_fn', 'name': 'o1'}]

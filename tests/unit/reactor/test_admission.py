@@ -429,3 +429,27 @@ async def test_admission_handlers_with_field_filters(registry):
     assert sorted(h.id for _, h in registry.iter_admission_handlers()) == [
         'm/spec.numbers', 'test_admission_handlers_with_field_filters.<locals>.<lambda>/spec.missing',
         'test_admission_handlers_with_field_filters.<locals>.<lambda>/spec.numbers']
+
+
+async def test_transformation_functions_of_mutating_handlers_go_into_the_json_patch(registry):
+    @kopf.on.mutate('kopfexamples', registry=registry)
+    def append_number(patch, **_):
+        patch.spec['field'] = 'x'
+        patch.fns.append(lambda body: body['spec']['numbers'].append(3))
+
+    response = (await serve(registry, review()))['response']
+
+    assert response['allowed'] is True
+    assert jsonpatch.apply_patch(OBJECT, decoded_patch(response))['spec'] == {'numbers': [1, 2, 3], 'field': 'x'}
+    assert OBJECT['spec'] == {'numbers': [1, 2]}  # the review's object itself is left as it came
+
+
+async def test_a_failing_transformation_function_rejects_the_mutation(registry):
+    @kopf.on.mutate('kopfexamples', registry=registry)
+    def broken(patch, **_):
+        patch.fns.append(lambda body: body['spec']['missing'].append(3))
+
+    response = (await serve(registry, review()))['response']
+
+    assert response['allowed'] is False
+    assert "KeyError: 'missing'" in response['status']['message']

@@ -528,3 +528,83 @@ async def test_first_sight_is_remembered_while_the_memory_of_it_is_packed(watch,
     assert watch.seen.packed
     await processing.process_event(watch, {'type': None, 'object': raw()}, False)
     assert firsts == [True, False]
+
+
+# The transformation functions of the handlers' patch (patch.fns).
+
+def transformations(monkeypatch, patch, fns, delay=None):
+    async def fake_handle_object(**_):
+        return HandlingResult(patch=Patch(patch), delay=delay, cause='create', done=delay is None, fns=tuple(fns))
+    monkeypatch.setattr(cycle, 'handle_object', fake_handle_object)
+    monkeypatch.setattr(processing, 'PATCH_PAUSE', 0)
+
+
+def json_patched(sent, rv):
+    async def handler(request):
+        sent.append((request.content_type, await request.json()))
+        return web.json_response(raw(rv, finalizers=['mine']))
+    return handler
+
+
+def add_mine(body):
+    body['metadata']['finalizers'].append('mine')
+
+
+async def test_functions_alone_change_the_events_object_and_their_patch_is_awaited(
+        aresponses, host, watch, monkeypatch):
+    sent = []
+    transformations(monkeypatch, {}, [add_mine], delay=7)
+    aresponses.add(host, PATH, 'PATCH', json_patched(sent, '2'))
+
+    outcome = await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
+
+    assert sent == [('application/json-patch+json', [
+        {'op': 'test', 'path': '/metadata/resourceVersion', 'value': '1'},
+        {'op': 'add', 'path': '/metadata/finalizers/0', 'value': 'mine'}])]
+    assert (outcome.delay, outcome.resource_version) == (7, '2')  # the worker awaits the latest of our changes
+
+
+async def test_functions_follow_the_merge_patch_on_the_object_it_has_left(aresponses, host, watch, monkeypatch):
+    sent = []
+    transformations(monkeypatch, {'spec': {'x': 1}}, [add_mine])
+    aresponses.add(host, PATH, 'PATCH', patched([], '2'))
+    aresponses.add(host, PATH, 'PATCH', json_patched(sent, '3'))
+
+    outcome = await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
+
+    assert sent[0][1][0] == {'op': 'test', 'path': '/metadata/resourceVersion', 'value': '2'}
+    assert outcome.resource_version == '3'
+
+
+async def test_a_failing_function_is_reported_and_the_merge_patch_stays(aresponses, host, watch, monkeypatch, caplog):
+    sent = []
+
+    def broken(body):
+        raise ValueError("no list here")
+
+    transformations(monkeypatch, {'spec': {'x': 1}}, [broken])
+    aresponses.add(host, PATH, 'PATCH', patched(sent, '2'))
+
+    with caplog.at_level(logging.ERROR):
+        outcome = await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
+
+    assert sent == [{'spec': {'x': 1}}]
+    assert outcome.resource_version == '2'  # the merge-patch has landed: its event is awaited
+    record, = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert record.getMessage().endswith(
+        "The transformation function test_a_failing_function_is_reported_and_the_merge_patch_stays.<locals>.broken "
+        "of patch.fns has failed: ValueError: no list here. "
+        "The changes of the transformation functions (patch.fns) are not stored.")
+    assert record.k8s_ref['name'] == 'ex'
+
+
+async def test_refused_functions_are_reported(aresponses, host, watch, monkeypatch, caplog):
+    transformations(monkeypatch, {}, [add_mine])
+    aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=403, text=json.dumps(
+        {'kind': 'Status', 'code': 403, 'message': 'finalizers are not yours'})))
+
+    with caplog.at_level(logging.ERROR):
+        await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
+
+    assert "The server refused the patch: " in caplog.text
+    assert "The changes of the transformation functions (patch.fns) are not stored." in caplog.text

@@ -49,3 +49,12 @@ def test_apply_merges_dicts_replaces_lists_and_deletes_nulls():
 
 def test_apply_of_a_non_dict_replaces_the_target():
     assert patches.apply({'a': 1}, 'text') == 'text'
+
+
+def test_transformation_functions_make_a_patch_true_but_add_nothing_to_merge():
+    patch = Patch()
+    assert not patch and patch.fns == []
+    patch.fns.append(lambda body: None)
+    assert patch
+    assert dict(patch) == {} and len(patch) == 0
+    assert Patch({'spec': {'x': 1}})  # keys alone, as ever
