@@ -11,6 +11,7 @@ SIGTERM, which the application handles itself).
     EXAMPLE_NAMESPACE=default python example.py
 """
 import asyncio
+import collections
 import logging
 import os
 import signal
@@ -20,15 +21,16 @@ import kopf
 
 @kopf.on.create('kopfexamples')
 def create_fn(name, memo: kopf.Memo, logger, **kwargs):
-    memo.created += 1
-    logger.info(f"{name} is handled by the embedded operator ({memo.created} so far).")
+    # Each object's memo is a shallow copy of the application's: the Counter in it is the very same one.
+    memo.counts['created'] += 1
+    logger.info(f"{name} is handled by the embedded operator ({memo.counts['created']} so far).")
     return {'embedded': True}
 
 
 async def heartbeat(memo: kopf.Memo) -> None:
     """The application's own work, in the same event loop as the operator."""
     while True:
-        logging.info(f"The application is alive; objects handled: {memo.created}.")
+        logging.info(f"The application is alive; objects handled: {memo.counts['created']}.")
         await asyncio.sleep(2)
 
 
@@ -39,7 +41,9 @@ async def main() -> None:
 
     stop_flag = asyncio.Event()
     ready_flag = asyncio.Event()
-    memo = kopf.Memo(created=0)  # shared with the handlers as `memo`
+    # The operator's memo. Every object gets a shallow copy of it as its own `memo`: keys set there stay the
+    # object's, but mutable values (this Counter) are shared by all objects and with the application.
+    memo = kopf.Memo(counts=collections.Counter())
 
     # With a stop flag, kopf.operator() leaves the signals to the application:
     # here, Ctrl-C and SIGTERM stop the operator gracefully through the flag.
@@ -66,7 +70,7 @@ async def main() -> None:
         await operator  # returns once the operator has stopped; raises if it has failed
     finally:
         app.cancel()
-    logging.info(f"The operator has exited; {memo.created} object(s) handled. Bye.")
+    logging.info(f"The operator has exited; {memo.counts['created']} object(s) handled. Bye.")
 
 
 if __name__ == '__main__':

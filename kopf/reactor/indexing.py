@@ -73,6 +73,7 @@ from kopf.reactor.queueing import RawEvent, object_key
 from kopf.reactor.registries import DEFAULT_BACKOFF, IndexingHandler, OperatorRegistry, ResourceKey
 from kopf.structs import indexes
 from kopf.structs.bodies import Body
+from kopf.structs.ephemera import ObjectMemos
 from kopf.structs.ids import HandlerId
 from kopf.structs.indexes import Index, Indexer, ObjectKey
 from kopf.structs.patches import Patch
@@ -195,8 +196,13 @@ class OperatorIndexes(Mapping[str, Index[Any, Any]]):
             resource: Resource | None,
             config: OperatorConfig,
             memo: Any,
+            memos: ObjectMemos | None = None,
     ) -> AsyncIterator[RawEvent]:
-        """Index every event of the stream before passing it on; ``listing`` is what the stream reports as listed."""
+        """
+        Index every event of the stream before passing it on; ``listing`` is what the stream reports as listed.
+
+        The index functions get the objects' own memos from ``memos``, if given (else the ``memo``).
+        """
         state = self._streams[listing] = _Stream(handlers=registry.get_indexing_handlers(selector))
         async for raw_event in stream:
             obj = object_key(raw_event)
@@ -212,7 +218,7 @@ class OperatorIndexes(Mapping[str, Index[Any, Any]]):
                 state.members.add(obj)
             if state.handlers:
                 await self.index_event(raw_event, handlers=state.handlers, resource=resource, config=config,
-                                       memo=memo)
+                                       memo=memos.get(obj) if memos is not None else memo)
             yield raw_event
 
     async def index_event(

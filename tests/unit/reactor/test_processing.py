@@ -608,3 +608,75 @@ async def test_refused_functions_are_reported(aresponses, host, watch, monkeypat
 
     assert "The server refused the patch: " in caplog.text
     assert "The changes of the transformation functions (patch.fns) are not stored." in caplog.text
+
+
+# The objects' memos.
+
+def kex(name, uid, event_type='MODIFIED'):
+    return {'type': event_type, 'object': {**raw(), 'metadata': {**raw()['metadata'], 'name': name, 'uid': uid}}}
+
+
+async def test_each_object_keeps_its_memo_until_it_is_gone(context):
+    registry = OperatorRegistry()
+    seen = []
+
+    @kopf.on.event('kopfexamples', registry=registry)
+    def count(memo, name, type, **_):
+        memo.events = memo.get('events', 0) + 1
+        seen.append((name, memo.events, memo.shared))
+
+    operator_memo = kopf.Memo(shared='operator')
+    watch = processing.ResourceWatch(context=context, resource=RESOURCE, selector=Selector.from_args('kopfexamples'),
+                                     registry=registry, config=OperatorConfig(), memo=operator_memo)
+    for event in [kex('a', 'ua'), kex('b', 'ub'), kex('a', 'ua'), kex('a', 'ua', 'DELETED'), kex('b', 'ub')]:
+        await processing.process_event(watch, event, False)
+
+    assert seen == [('a', 1, 'operator'), ('b', 1, 'operator'), ('a', 2, 'operator'), ('a', 3, 'operator'),
+                    ('b', 2, 'operator')]
+    assert len(watch.memos) == 1  # only b's: a is gone
+    assert operator_memo == {'shared': 'operator'}
+
+
+async def test_no_memo_is_kept_for_objects_whose_handlers_do_not_change_it(context):
+    registry = OperatorRegistry()
+    kopf.on.event('kopfexamples', registry=registry)(lambda memo, **_: memo.get('anything'))
+    watch = processing.ResourceWatch(context=context, resource=RESOURCE, selector=Selector.from_args('kopfexamples'),
+                                     registry=registry, config=OperatorConfig(), memo=kopf.Memo(flag=1))
+
+    for index in range(300):
+        await processing.process_event(watch, kex(f'o{index}', f'u{index}'), False)
+    gc.collect()
+
+    assert len(watch.memos) == 0
+
+
+async def test_a_daemon_and_the_handlers_of_its_object_share_one_memo(context):
+    from kopf.reactor.daemons import Daemons
+
+    registry = OperatorRegistry()
+    noticed = asyncio.Event()
+
+    @kopf.daemon('kopfexamples', registry=registry, optional=True)
+    async def watcher(memo, stopped, **_):
+        while not stopped and not memo.get('told'):  # unchanged until the event handler changes it
+            await stopped.wait(0.01)
+        noticed.set()
+
+    @kopf.on.event('kopfexamples', registry=registry)
+    def tell(memo, type, **_):
+        if type == 'MODIFIED':
+            memo.told = True
+
+    async def patcher(body, patch, logger):
+        pass
+
+    keeper = Daemons(patcher=patcher)
+    watch = processing.ResourceWatch(context=context, resource=RESOURCE, selector=Selector.from_args('kopfexamples'),
+                                     registry=registry, config=OperatorConfig(), memo=kopf.Memo(),
+                                     stages=[*cycle.STAGES, keeper])
+    try:
+        await processing.process_event(watch, kex('a', 'ua', 'ADDED'), False)
+        await processing.process_event(watch, kex('a', 'ua'), False)
+        await asyncio.wait_for(noticed.wait(), timeout=5)
+    finally:
+        await keeper.close(timeout=1)
