@@ -11,9 +11,8 @@ shared by all objects; the keys set in an object's memo are its own.
 from __future__ import annotations
 
 import copy
-import functools
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 
@@ -94,7 +93,7 @@ class ObjectMemos:
         lent = self._lent.get(key)
         if lent is None:
             lent = _ObjectMemo(self._generations.get(key, self._base if self._base is not None else self._operator))
-            lent._lend(functools.partial(self._keep, key))
+            lent._lend(self, key)
             self._lent[key] = lent
         return lent
 
@@ -104,7 +103,7 @@ class ObjectMemos:
         self._generations.pop(key, None)
         lent = self._lent.pop(key, None)
         if lent is not None:
-            lent._lend(None)
+            lent._lend(None, key)
 
     def __len__(self) -> int:
         """How many objects' memos are kept (for tests of the memory)."""
@@ -116,18 +115,19 @@ class ObjectMemos:
 
 
 class _ObjectMemo(Memo):
-    """An object's memo, lent to its handlers; the first change makes its owner keep it (``_keep``)."""
+    """An object's memo, lent to its handlers; the first change makes its owner keep it."""
 
-    __slots__ = ('_keep',)
+    __slots__ = ('_key', '_owner')
 
-    def _lend(self, keep: Callable[[_ObjectMemo], None] | None) -> None:
-        object.__setattr__(self, '_keep', keep)
+    def _lend(self, owner: ObjectMemos | None, key: str) -> None:
+        object.__setattr__(self, '_owner', owner)
+        object.__setattr__(self, '_key', key)
 
     def _changed(self) -> None:
-        keep: Callable[[_ObjectMemo], None] | None = getattr(self, '_keep', None)
-        if keep is not None:
-            object.__setattr__(self, '_keep', None)
-            keep(self)
+        owner: ObjectMemos | None = getattr(self, '_owner', None)
+        if owner is not None:
+            object.__setattr__(self, '_owner', None)
+            owner._keep(self._key, self)
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Copies (also pickles) are plain memos: only the lent one is the object's."""
