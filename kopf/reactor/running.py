@@ -462,7 +462,7 @@ def _stages(
     if not registry.has_spawning_handlers(resource):
         return cycle.STAGES
     keeper = daemons.Daemons(patcher=functools.partial(daemons.patch_object, context=context, resource=resource),
-                             permit=gate.admits if gate is not None else None)
+                             fence=gate)
     keepers.append(keeper)
     return (*cycle.STAGES, keeper)
 
