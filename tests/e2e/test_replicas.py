@@ -597,3 +597,29 @@ def test_a_daemon_of_a_paused_ha_leader_is_cancelled_before_the_next_leader_star
     old = [run for run in runs if run.pid == leader.process.pid]
     assert len(old) == len(names) and all(run.stopped is not None for run in old)
     assert {record['how'] for record in read_calls(calls) if record['event'] == 'stop'} == {'cancelled'}
+
+
+# Identities.
+
+@pytest.mark.parametrize('mode', ['--shards', '--ha'])
+def test_a_second_replica_with_the_same_identity_exits_naming_it_and_the_first_goes_on(
+        kube: KubeAPI, namespace: str, replicas: Callable[..., OperatorProcess], witness: Witness,
+        mode: str) -> None:
+    env = {'E2E_WORK': '0.05', 'E2E_FAILS': '0'}
+    first = replicas(mode, '--identity', 'same', **env)
+    first.wait_for_output('Shard members (1)' if mode == '--shards' else 'Leading as')
+    second = replicas(mode, '--identity', 'same', **env)
+    assert second.process.wait(timeout=30) == 1, second.output
+    lease = 'kopf-replicas-same' if mode == '--shards' else 'kopf-replicas'
+    refusals = [line for line in second.output.splitlines() if 'Another replica runs with the identity' in line]
+    assert len(refusals) == 1, second.output
+    assert f"the identity 'same': the lease {namespace}/{lease} is renewed" in refusals[0]
+    assert 'unique --identity' in refusals[0]
+    assert 'Traceback' not in second.output
+    assert 'Shard members' not in second.output and 'Leading as' not in second.output
+
+    create_objects(kube, namespace, ['after'])  # the first one goes on as before
+    wait_for(lambda: witness.finished(['after']), timeout=30, what="the object to be handled")
+    assert first.process.poll() is None
+    assert first.stop() == 0, first.output
+    assert 'Another replica' not in first.output

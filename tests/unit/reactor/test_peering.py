@@ -626,3 +626,76 @@ async def test_replicas_need_credentials_not_a_session_of_the_login_handlers():
         async with peering.peering(context=context, config=config, namespaces=['ns'],  # type: ignore
                                    clusterwide=False, stop=asyncio.Event()):
             pass
+
+
+# Duplicate identities.
+
+def held(rv, *, instance, holder='me', duration=10, name='op'):
+    spec = leases.LeaseSpec(holder=holder, duration=duration)
+    annotations = {peering.INSTANCE_ANNOTATION: instance} if instance is not None else {}
+    return Lease(namespace='ns', name=name, resource_version=rv, spec=spec, annotations=annotations)
+
+
+def test_a_lease_under_our_identity_is_ours_only_with_our_instance_token():
+    observations = peering._Observations(default_duration=15)
+    ours = held('1', instance='mine')
+    observations.observe(ours, now=100.0)
+    observations.observe(held('2', instance='mine'), now=101.0)  # our own renewal
+    assert peering.namesake(held('2', instance='mine'), instance='mine', observations=observations,
+                            now=101.0) is peering.Namesake.OURS
+
+
+def test_a_lease_under_our_identity_renewed_by_another_process_is_a_duplicate():
+    observations = peering._Observations(default_duration=15)
+    observations.observe(held('1', instance='theirs'), now=100.0)
+    judge = dict(instance='mine', observations=observations)
+    assert peering.namesake(held('1', instance='theirs'), now=100.0, **judge) is peering.Namesake.UNKNOWN
+    observations.observe(held('2', instance='theirs'), now=100.5)  # written while we watch: alive
+    assert peering.namesake(held('2', instance='theirs'), now=100.5, **judge) is peering.Namesake.ALIVE
+    assert peering.namesake(held('2', instance='theirs'), now=500.0, **judge) is peering.Namesake.ALIVE
+
+
+def test_a_lease_under_our_identity_left_by_an_ended_process_is_taken_over_once_expired():
+    observations = peering._Observations(default_duration=15)
+    stale = held('1', instance=None)  # e.g. written before instance tokens, or by a killed process
+    observations.observe(stale, now=100.0)
+    judge = dict(instance='mine', observations=observations)
+    assert peering.namesake(stale, now=109.9, **judge) is peering.Namesake.UNKNOWN  # its duration is 10s
+    observations.observe(stale, now=110.0)
+    assert peering.namesake(stale, now=110.0, **judge) is peering.Namesake.GONE
+
+
+def test_the_duplicate_error_names_the_identity_the_lease_and_what_to_do():
+    error = peering.duplicate_error(settings('shards', 'same'), held('1', instance='x', name='op-same'))
+    assert str(error).startswith("Another replica runs with the identity 'same': the lease ns/op-same is renewed")
+    assert "unique --identity" in str(error) and "leave it to the default" in str(error)
+
+
+@pytest.mark.parametrize('mode', ['ha', 'shards'])
+async def test_a_second_replica_with_the_same_identity_refuses_to_join_and_the_first_goes_on(start, store, mode):
+    first = start(mode, 'same')
+    await until(lambda: first.gate.active)
+    second = start(mode, 'same')
+    await until(lambda: second.task.done(), timeout=3 * RETRY + 0.5, sample=at_most_one_active(first, second))
+    with pytest.raises(PeeringError, match="Another replica runs with the identity 'same'"):
+        second.task.result()
+    await second.impl.release()  # as at its exit: it must not touch the first one's lease
+    assert not second.gate.active
+    version = next(iter(store.leases.values())).resource_version
+    await until(lambda: next(iter(store.leases.values())).resource_version != version, timeout=3 * RETRY)
+    assert first.gate.active and not first.task.done()
+    lease, = store.leases.values()
+    assert lease.annotations[peering.INSTANCE_ANNOTATION] == first.impl.instance
+
+
+@pytest.mark.parametrize('mode', ['ha', 'shards'])
+async def test_a_restarted_replica_with_a_stable_identity_takes_its_predecessors_lease_once_expired(
+        start, store, mode):
+    predecessor = start(mode, 'stable')
+    await until(lambda: predecessor.gate.active)
+    await predecessor.kill()  # its lease stays behind, unchanged
+    killed = asyncio.get_running_loop().time()
+    successor = start(mode, 'stable')
+    took_over = await until(lambda: successor.gate.active, timeout=3 * LEASE)
+    assert took_over - killed >= LEASE
+    assert not successor.task.done()
