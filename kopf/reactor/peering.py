@@ -834,6 +834,80 @@ class Peering:
         return PeeringError(f"Coordination with the other replicas has failed: {_describe(error)}")
 
 
+class ReplicaView:
+    """
+    What other parts of the operator may ask about the replicas: who keeps a shared object, who else is alive.
+
+    Made before the coordination starts (the admission webhooks start
+    earlier and stop later than the Leases); until :func:`peering` attaches
+    the running replica, this replica keeps nothing. A shared object (e.g.
+    the admission webhook configurations) is kept by the replica that would
+    handle an object of its key: the HA leader, or the shard that owns the
+    key by the ring -- fenced as objects are, so never two replicas at once.
+    """
+
+    def __init__(self) -> None:
+        self._peers: Peering | None = None
+        self._context: APIContext | None = None
+        self._attached = asyncio.Event()
+
+    def attach(self, peers: Peering, *, context: APIContext) -> None:
+        self._peers = peers
+        self._context = context  # the operator's own session: it outlives the Leases' thread
+        self._attached.set()
+
+    @property
+    def identity(self) -> str | None:
+        return self._peers.replica.settings.identity if self._peers is not None else None
+
+    def steward(self, key: str) -> bool:
+        return self._peers is not None and self._peers.gate.admits(key)
+
+    @property
+    def revision(self) -> int:
+        return self._peers.gate.revision if self._peers is not None else 0
+
+    async def revised(self, revision: int) -> None:
+        if self._peers is None:
+            await self._attached.wait()
+        else:
+            await self._peers.gate.revised(revision)
+
+    @property
+    def handover_timeout(self) -> float:
+        return float(self._peers.replica.settings.lease_duration) if self._peers is not None else 0.0
+
+    async def alone(self) -> bool:
+        """
+        At the exit (the Lease is given up): whether no other replica is alive.
+
+        Shards: no other live member in the last listing. HA: standbys hold no
+        Lease, so the released Lease is watched: a standby takes it within
+        a retry period or two; if nobody does, this replica was the last.
+        """
+        if self._peers is None or self._context is None:
+            return True
+        replica = self._peers.replica
+        if isinstance(replica, _Member):
+            return not replica.live_others
+        settings = replica.settings
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 2 * settings.retry_period + settings.request_timeout
+        while True:
+            try:
+                lease = await leases.read_lease(context=self._context, namespace=settings.namespace,
+                                                name=settings.name, timeout=settings.request_timeout)
+            except _TRANSIENT as e:
+                logger.warning("Cannot read the lease %s/%s: %s.", settings.namespace, settings.name, _describe(e))
+                lease = None
+            holder = lease.spec.holder if lease is not None else None
+            if holder and holder != settings.identity:
+                return False
+            if loop.time() >= deadline:
+                return True
+            await asyncio.sleep(settings.retry_period / 4)
+
+
 @contextlib.asynccontextmanager
 async def peering(
         *,
@@ -842,6 +916,7 @@ async def peering(
         namespaces: Collection[str],
         clusterwide: bool,
         stop: asyncio.Event,
+        view: ReplicaView | None = None,
 ) -> AsyncIterator[Peering | None]:
     """
     Coordinate with the other replicas while the operator runs; ``None`` for standalone operators.
@@ -873,6 +948,8 @@ async def peering(
     logger.info("Coordinating as %s (%s) through the lease(s) %r in the namespace %r.",
                 settings.identity, 'HA' if settings.mode == 'ha' else 'shards', settings.name, settings.namespace)
     peers = Peering(gate=gate, replica=replica, stop=stop)
+    if view is not None:
+        view.attach(peers, context=context)
     try:
         yield peers
     finally:
