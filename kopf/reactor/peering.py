@@ -208,10 +208,11 @@ class _Fences:
         self.renewed_at = sent_at
         self.gate.extend(admit_until=sent_at + self.settings.soft_fence,
                          write_until=sent_at + self.settings.renew_deadline)
-        loop = asyncio.get_running_loop()  # loop.time() is time.monotonic()
+        loop = asyncio.get_running_loop()
+        now = self.clock.monotonic()  # the timers count on the loop's clock, the deadlines on ours
         self._timers = [
-            loop.call_at(sent_at + self.settings.soft_fence, self._soften),
-            loop.call_at(sent_at + self.settings.renew_deadline, self._harden),
+            loop.call_later(max(0.0, sent_at + self.settings.soft_fence - now), self._soften),
+            loop.call_later(max(0.0, sent_at + self.settings.renew_deadline - now), self._harden),
         ]
 
     def cancel(self) -> None:
