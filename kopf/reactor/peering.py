@@ -893,7 +893,7 @@ class ReplicaView:
             return not replica.live_others
         settings = replica.settings
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + 2 * settings.retry_period + settings.request_timeout
+        deadline = loop.time() + 2.5 * settings.retry_period  # a standby reads it every retry period
         while True:
             try:
                 lease = await leases.read_lease(context=self._context, namespace=settings.namespace,

@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import itertools
 import time
+import types
 
 import pytest
 
@@ -743,3 +744,46 @@ async def test_a_duplicate_is_refused_at_the_first_renewal_seen_however_little_t
         await second.tick()
     assert not second.gate.active and first.gate.active
     first.fences.cancel()
+
+
+# What the rest of the operator may ask: who keeps a shared object, who else is alive.
+
+def view_of(replica):
+    view = peering.ReplicaView()
+    view.attach(types.SimpleNamespace(replica=replica.impl, gate=replica.gate), context=Context('operator'))
+    return view
+
+
+async def test_the_ha_leader_keeps_shared_objects_and_is_not_alone_when_a_standby_takes_over(start):
+    leader = start('ha', 'a')
+    await until(lambda: leader.gate.active)
+    standby = start('ha', 'b')
+    view = view_of(leader)
+    assert view.identity == 'a' and view.steward('admission:x')
+    await until(lambda: standby.impl.leader == 'a')  # the standby is polling
+    leader.task.cancel()
+    await leader.impl.release()
+    assert not view.steward('admission:x')
+    assert await view.alone() is False
+
+
+async def test_the_last_ha_replica_is_alone_after_a_few_retry_periods(start):
+    leader = start('ha', 'a')
+    await until(lambda: leader.gate.active)
+    view = view_of(leader)
+    leader.task.cancel()
+    await leader.impl.release()
+    assert await view.alone() is True
+
+
+async def test_one_shard_keeps_a_shared_object_and_knows_the_live_others(start):
+    members = [start('shards', name) for name in 'ab']
+    await until(converged(*members))
+    views = [view_of(member) for member in members]
+    assert sum(view.steward('admission:x') for view in views) == 1
+    assert not await views[0].alone()
+    members[1].task.cancel()
+    await members[1].impl.release()
+    await until(lambda: not members[0].impl.live_others, timeout=LEASE)
+    assert await views[0].alone()
+    assert await peering.ReplicaView().alone()  # not coordinating (yet): nobody else is known
