@@ -243,12 +243,14 @@ async def _serve(
                     await preflight.check_persistence(context=context, resources=resources.values(),
                                                       persistence=config.persistence)
                     admitted = await _resolve(context, registry.admission_selectors)
+                    view = peering.ReplicaView() if config.peering.mode != 'standalone' else None
                     await stack.enter_async_context(serving.admission_webhooks(
                         context=context, registry=registry, resources=admitted, config=config, memo=memo,
-                        stop=stop, namespaces=None if clusterwide else namespaces, indexes=indexes))
+                        stop=stop, namespaces=None if clusterwide else namespaces, indexes=indexes,
+                        replicas=view))
                     peers = await stack.enter_async_context(peering.peering(
                         context=context, config=config.peering, namespaces=namespaces,
-                        clusterwide=clusterwide, stop=stop))
+                        clusterwide=clusterwide, stop=stop, view=view))
                     await _watch_all(context=context, resources=resources, registry=registry, config=config,
                                      memo=memo, namespaces=(None,) if clusterwide else namespaces,
                                      stop=stop, ready_flag=ready_flag, health=health, peers=peers,
@@ -462,7 +464,7 @@ def _stages(
     if not registry.has_spawning_handlers(resource):
         return cycle.STAGES
     keeper = daemons.Daemons(patcher=functools.partial(daemons.patch_object, context=context, resource=resource),
-                             permit=gate.admits if gate is not None else None)
+                             fence=gate)
     keepers.append(keeper)
     return (*cycle.STAGES, keeper)
 
