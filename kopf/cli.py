@@ -35,7 +35,7 @@ from kopf.clients.auth import APIContext, LoginError
 from kopf.clients.errors import APIConnectionError, APIError, describe_api_failure
 from kopf.config import OperatorConfig
 from kopf.engines import allocation, logsetup
-from kopf.errors import ActivityError
+from kopf.errors import ActivityError, DuplicateHandlerError, HandlerSignatureError
 from kopf.reactor import exiting, freezing, peering, running
 from kopf.reactor.registries import OperatorRegistry, get_default_registry
 from kopf.storage.errors import StorageError
@@ -103,6 +103,8 @@ def _import(action: Callable[[], object], what: str) -> None:
         action()
     except FileNotFoundError as e:
         raise OperatorImportError(f"The operator file {what!r} does not exist: {e}") from e
+    except (HandlerSignatureError, DuplicateHandlerError) as e:  # declared wrongly: the message says where and why
+        raise OperatorImportError(f"The operator code {what!r} declares a handler wrongly: {e}") from e
     except Exception as e:
         details = ''.join(traceback.format_exception(e))
         raise OperatorImportError(f"The operator code {what!r} failed to import:\n{details}") from e

@@ -54,6 +54,17 @@ def test_an_operator_that_fails_to_import_exits_with_its_traceback(invoke, tmp_p
     assert 'operator is broken' in result.output
 
 
+def test_a_handler_without_kwargs_is_refused_at_import_in_one_line(invoke, tmp_path):
+    path = tmp_path / 'sig_op.py'
+    path.write_text('import kopf\n\n@kopf.on.create("configmaps")\ndef create_fn(spec, name):\n    pass\n')
+    result = invoke('run', str(path))
+    assert result.exit_code == 2
+    assert 'Traceback' not in result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    assert 'create_fn(spec, name)' in lines[0] and '**kwargs' in lines[0]
+
+
 def test_a_syntax_error_is_reported_the_same_way(invoke, tmp_path):
     path = tmp_path / 'syntax_op.py'
     path.write_text('def (:\n')
