@@ -17,8 +17,10 @@ that no progress is lost:
   left out is reported there, and not named again here);
 * credentials refused also after logging in again (401), and a server that
   keeps throttling the operator (429) after the client has waited as often
-  as it was asked, end the cycle with one line; the handling is retried
-  later.
+  as it was asked, end the cycle with one line; the patch is kept, and the
+  next processing of the object re-sends it before anything else (so that
+  the handlers whose outcomes it carries do not run again), until it lands
+  or the object is gone.
 
 Anything else that goes wrong while an object is handled (a storage that
 raises, a bug) is reported with the object and the handlers that ran, and
@@ -94,6 +96,18 @@ class ResourceWatch:
     indexes: OperatorIndexes | None = None  # the operator's indexes, for the handlers
     # The failures reported lately, not to be reported again for a while.
     repeats: failures.RepeatLimiter = dataclasses.field(default_factory=failures.RepeatLimiter)
+    # The patches that the API would not take for a while (401, 429), by object: re-sent before anything else.
+    unsent: dict[str, Unsent] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Unsent:
+    """A handling's patch that could not be sent yet, with what its sending needs."""
+
+    patch: Patch
+    delay: float | None
+    essential: Patch | None
+    extras: tuple[str, ...]
 
 
 async def process_event(watch: ResourceWatch, raw_event: RawEvent, woken_up: bool) -> ProcessingOutcome:
@@ -120,10 +134,17 @@ async def _process(
         woken_up: bool,
         logger: ObjectLogger,
 ) -> ProcessingOutcome:
+    if raw_event.get('type') == 'DELETED':
+        watch.unsent.pop(key, None)  # nothing can be stored in a deleted object
+    unsent = watch.unsent.pop(key, None)
+    if unsent is not None:
+        logger.info("Sending the outcome of an earlier handling, which the API would not take then.")
+        return await _send(watch, key=key, body=body, patch=unsent.patch, delay=unsent.delay, logger=logger,
+                           essential=unsent.essential, extras=unsent.extras)
     if woken_up:
         patch = await cycle.touch(config=watch.config, body=body)
         if patch:
-            return await _send(watch, body=body, patch=patch, delay=None, logger=logger)
+            return await _send(watch, key=key, body=body, patch=patch, delay=None, logger=logger)
         # Storages without a touch marker: continue from the latest known state ourselves.
 
     first_seen = key not in watch.seen
@@ -142,7 +163,7 @@ async def _process(
         watch.seen.discard(key)
     if not result.patch:
         return ProcessingOutcome(delay=result.delay)
-    return await _send(watch, body=body, patch=result.patch, delay=result.delay, logger=logger,
+    return await _send(watch, key=key, body=body, patch=result.patch, delay=result.delay, logger=logger,
                        essential=result.essential, extras=result.extras)
 
 
@@ -173,6 +194,7 @@ def _failed(
 async def _send(
         watch: ResourceWatch,
         *,
+        key: str,
         body: Body,
         patch: Patch,
         delay: float | None,
@@ -221,6 +243,7 @@ async def _send(
             continue
         except (APIUnauthorizedError, APITooManyRequestsError) as e:
             _give_up(watch, body, e, logger, f"{rejection} " if rejection else '', _unsendable(e, watch))
+            watch.unsent[key] = Unsent(patch=patch, delay=delay, essential=essential, extras=extras)
             return ProcessingOutcome(delay=REJECTED_PATCH_DELAY)
         except APIError as e:
             if isinstance(e, APIServerError) and not too_large(e):
@@ -322,11 +345,11 @@ def _unsendable(error: APIError, watch: ResourceWatch) -> str:
     """One line for a patch that the server will not take for a while: refused credentials, or throttling."""
     if isinstance(error, APIUnauthorizedError):
         return (f"Cannot store the outcome of the handling: the Kubernetes API refuses the operator's credentials, "
-                f"also after logging in again ({_explain(error)}). Retrying the handling in {REJECTED_PATCH_DELAY:g}s; "
+                f"also after logging in again ({_explain(error)}). Sending it again in {REJECTED_PATCH_DELAY:g}s; "
                 f"check the credentials (or the login handlers).")
     return (f"Cannot store the outcome of the handling: the Kubernetes API keeps throttling the operator "
             f"({_explain(error)}), also after waiting {watch.context.throttle_retries} times as it asked. "
-            f"Retrying the handling in {REJECTED_PATCH_DELAY:g}s. If this repeats, lower "
+            f"Sending it again in {REJECTED_PATCH_DELAY:g}s. If this repeats, lower "
             f"config.batching.worker_limit, or ask for more API priority for the operator (a FlowSchema).")
 
 
