@@ -7,8 +7,9 @@ import pytest
 import kopf
 from kopf.clients.errors import APIConnectionError, APIForbiddenError
 from kopf.config import OperatorConfig
-from kopf.reactor import running
+from kopf.reactor import observation, running
 from kopf.reactor.registries import OperatorRegistry
+from kopf.structs.namespaces import NamespaceScope
 from kopf.structs.resources import Resource, Selector
 
 
@@ -129,7 +130,7 @@ async def test_settings_is_kopfs_name_of_config(monkeypatch):
     await kopf.operator(settings=settings, namespace='ns1', namespaces=['ns2'])
     assert seen['config'] is settings
     assert seen['namespaces'] == ('ns2', 'ns1')
-    assert seen['clusterwide'] is False
+    assert seen['scope'] == NamespaceScope.parse(['ns2', 'ns1'])  # not cluster-wide
 
 
 async def test_settings_and_a_different_config_are_refused():
@@ -172,11 +173,11 @@ async def test_everything_adds_every_other_served_resource_once(monkeypatch):
     async def scan(*, context):
         return [PODS, KEX, CMS]
 
-    monkeypatch.setattr(running.discovery, 'resolve', resolve)
-    monkeypatch.setattr(running.discovery, 'scan', scan)
+    monkeypatch.setattr(observation.discovery, 'resolve', resolve)
+    monkeypatch.setattr(observation.discovery, 'scan', scan)
     explicit = Selector(name='kopfexamples')
-    resolved = await running._resolve(None, [explicit, Selector(everything=True)])
-    assert resolved == {
+    resolution = await observation.resolve(None, [explicit, Selector(everything=True)])
+    assert resolution.resources == {
         explicit: KEX_OLD,  # named explicitly: in its own version, and not watched again
         Selector(group='', version='v1', plural='pods'): PODS,
         Selector(group='', version='v1', plural='configmaps'): CMS,
@@ -190,9 +191,10 @@ async def test_without_everything_nothing_is_scanned(monkeypatch):
     async def resolve(*, context, selector):
         return PODS
 
-    monkeypatch.setattr(running.discovery, 'resolve', resolve)
-    monkeypatch.setattr(running.discovery, 'scan', scan)
-    assert await running._resolve(None, [Selector(name='pods')]) == {Selector(name='pods'): PODS}
+    monkeypatch.setattr(observation.discovery, 'resolve', resolve)
+    monkeypatch.setattr(observation.discovery, 'scan', scan)
+    resolution = await observation.resolve(None, [Selector(name='pods')])
+    assert resolution.resources == {Selector(name='pods'): PODS}
 
 
 def test_handlers_of_everything_serve_every_watched_resource():
@@ -297,8 +299,8 @@ async def test_handlers_of_any_resource_wait_until_every_indexed_listing_is_in(m
     config = OperatorConfig()
     config.batching.exit_timeout = 0.1
     task = asyncio.create_task(running._watch_all(
-        context=None, resources=resources, registry=registry, config=config, memo=None,
-        namespaces=['ns1', 'ns2'], stop=stop, ready_flag=None))
+        context=None, insights=observation.Insights(resources=resources, namespaces=['ns1', 'ns2']),
+        registry=registry, config=config, memo=None, stop=stop, ready_flag=None))
     await asyncio.sleep(0.1)
     assert seen == []  # the kopfexamples are listed, but the pods are not indexed yet
 
