@@ -14,7 +14,7 @@ import functools
 import logging
 import signal
 import threading
-from collections.abc import AsyncIterator, Collection, Coroutine
+from collections.abc import AsyncIterator, Callable, Collection, Coroutine
 from typing import Any
 
 from kopf.clients import auth, events, watching
@@ -262,7 +262,8 @@ async def _serve(
                     admitted = await _resolve(context, registry.admission_selectors)
                     await stack.enter_async_context(serving.admission_webhooks(
                         context=context, registry=registry, resources=admitted, config=config, memo=memo,
-                        stop=stop, namespaces=_webhook_namespaces(scope), indexes=indexes))
+                        stop=stop, namespaces=_webhook_namespaces(scope), indexes=indexes,
+                        served=_served_namespaces(scope, insights)))
                     peers = await stack.enter_async_context(peering.peering(
                         context=context, config=config.peering, namespaces=namespaces,
                         clusterwide=clusterwide, stop=stop))
@@ -351,6 +352,13 @@ def _webhook_namespaces(scope: NamespaceScope | None) -> Collection[str] | None:
     if scope is None or scope.inexact:
         return None
     return sorted(scope.exact_names)
+
+
+def _served_namespaces(scope: NamespaceScope | None, insights: observation.Insights) -> Callable[[str], bool] | None:
+    """With namespace patterns, the admission reviews of the namespaces served now, as the watches are."""
+    if scope is None or not scope.inexact:
+        return None
+    return lambda namespace: namespace in insights.namespaces
 
 
 async def _resolve(context: APIContext, selectors: Collection[Selector]) -> dict[Selector, Resource]:

@@ -19,7 +19,7 @@ import hashlib
 import logging
 import re
 import urllib.parse
-from collections.abc import AsyncIterator, Collection, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from typing import Any
 
 from kopf.clients import webhooks as configurations
@@ -59,12 +59,14 @@ async def admission_webhooks(
         namespaces: Collection[str] | None,
         stop: asyncio.Event,
         indexes: Mapping[str, Any] | None = None,
+        served: Callable[[str], bool] | None = None,
 ) -> AsyncIterator[None]:
     """
     Serve the admission webhooks (if there are admission handlers) while the block runs.
 
     ``namespaces`` limits the webhooks to those namespaces (``None``: the
-    whole cluster). A server that fails or exits sets ``stop`` and makes the
+    whole cluster); ``served``, if given, tells the served namespaces apart
+    where the configuration cannot (namespace patterns). A server that fails or exits sets ``stop`` and makes the
     block raise :class:`AdmissionSetupError` at its end.
     """
     server = config.admission.server
@@ -78,7 +80,7 @@ async def admission_webhooks(
     check_settings(server=server, managed=managed)
     assert server is not None
     fn = functools.partial(admission.serve_admission_request, registry=registry, resources=resources,
-                           config=config, memo=memo, indexes=indexes)
+                           config=config, memo=memo, indexes=indexes, served=served)
     layout = functools.partial(build_webhooks, registry, resources, managed=managed or '', namespaces=namespaces)
     endpoints: asyncio.Queue[WebhookClientConfig] = asyncio.Queue()
     token = webhooks.api_server_var.set(context.server)

@@ -225,7 +225,7 @@ def test_with_scanning_disabled_resources_are_resolved_once_at_the_start_and_pat
         create_object(kube, present, side.namespace, 'early')
         configmap(kube, matching, 'cm')  # in a namespace that only the pattern matches: not served
         configmap(kube, side.namespace, 'cm')
-    for side, matching in sides:
+    for side, _ in sides:
         side.wait(lambda side=side: {('early', present), ('cm', None)} <= {
             (c['name'], c.get('plural')) for c in side.records() if c['namespace'] == side.namespace},
             what="the objects of the resources and namespace known at the start handled")
