@@ -39,8 +39,11 @@ Restrictions
 With ``settings.scanning.disabled``, or without the permission to list and
 watch CRDs (or namespaces), the resources are resolved once, at the start,
 and only the exact namespace names are served; each restriction that loses
-something is named in one warning line. A watch whose resource is then
-deleted stops with one warning, and the rest of the operator goes on.
+something is named in one warning line (for the CRDs, only if a resource is
+awaited: one not served at the start, or ``kopf.EVERYTHING``; else it is
+said at INFO, since a namespaced Role cannot grant it). A watch whose
+resource is then deleted stops with one warning, and the rest of the
+operator goes on.
 """
 from __future__ import annotations
 
@@ -228,7 +231,7 @@ async def observing(
                 await _first_listing(listed, tasks[-1], what='namespaces')
         if scanning:
             observer = _ResourceObserver(context=context, selectors=selectors, config=config, insights=insights,
-                                         stop=stop)
+                                         stop=stop, awaited=bool(resolution.unresolved) or resolution.everything)
             tasks.append(asyncio.create_task(observer.run(), name='kopf resource observer'))
         yield insights
     finally:
@@ -342,7 +345,8 @@ class _ResourceObserver:
     """Watch the CRDs; on every change, resolve the handlers' resources anew until discovery agrees."""
 
     def __init__(self, *, context: APIContext, selectors: Collection[Selector], config: OperatorConfig,
-                 insights: Insights, stop: asyncio.Event) -> None:
+                 insights: Insights, stop: asyncio.Event, awaited: bool = True) -> None:
+        self.awaited = awaited  # whether resources are expected to appear (unresolved ones, kopf.EVERYTHING)
         self.context = context
         self.selectors = selectors
         self.persistence: PersistenceConfig = config.persistence
@@ -384,10 +388,14 @@ class _ResourceObserver:
                     self.insights.rescan.set()
         except APIForbiddenError as e:
             self.insights.scanning = False
-            logger.warning("Cannot watch the CustomResourceDefinitions (%s): resources created or deleted from now "
-                           "on are not noticed until the operator restarts. Grant the operator 'list' and 'watch' on "
-                           "customresourcedefinitions.apiextensions.k8s.io in a ClusterRole, or set "
-                           "settings.scanning.disabled = True to declare this mode intended.", e)
+            if self.awaited:
+                logger.warning("Cannot watch the CustomResourceDefinitions (%s): resources created or deleted from "
+                               "now on are not noticed until the operator restarts. Grant the operator 'list' and "
+                               "'watch' on customresourcedefinitions.apiextensions.k8s.io in a ClusterRole, or set "
+                               "settings.scanning.disabled = True to declare this mode intended.", e)
+            else:  # every resource is served already: only a CRD's later deletion goes unnoticed (and is said then)
+                logger.info("The CustomResourceDefinitions cannot be watched (no 'list' and 'watch' permission on "
+                            "them): a CRD deleted or created from now on is noticed only after a restart.")
         except (APIError, APIConnectionError) as e:
             self.insights.scanning = False
             logger.error("The watch of the CustomResourceDefinitions has failed: %s. Resources created or deleted "
