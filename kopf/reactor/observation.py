@@ -367,20 +367,16 @@ class _ResourceObserver:
             await asyncio.gather(watcher, return_exceptions=True)
 
     async def _watch(self) -> None:
-        listed = False
-
         def on_listed() -> None:
-            nonlocal listed
-            if not listed:
-                listed = True
-                self.insights.rescan.set()  # once: a CRD may have appeared since the resolution at the start
+            # A CRD may have appeared since the resolution at the start, or while the watch was relisting.
+            self.insights.rescan.set()
 
         try:
             async for event in watching.infinite_watch(context=self.context, resource=CRDS, namespace=None,
                                                        settings=self.settings, stop=self.stop, on_listed=on_listed,
                                                        logger=logger):
                 if event['type'] is None:
-                    continue  # the state at the start (or a relisting): resolved already
+                    continue  # a listing: resolved anew once it is over (on_listed)
                 presence = crd_presence(event['object'], deleted=event['type'] == 'DELETED')
                 if presence is not None:
                     key, present = presence
