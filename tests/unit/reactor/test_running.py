@@ -366,3 +366,25 @@ def test_other_watch_failures_say_what_they_mean_or_name_the_error():
     assert unreachable.startswith("Watching kopfexamples.v1.kopf.dev cluster-wide has failed: Cannot reach")
     unexpected = running.watch_failure(ValueError('odd'), KEX, 'ns1')
     assert unexpected == "Watching kopfexamples.v1.kopf.dev in 'ns1' has failed: ValueError: odd"
+
+
+async def test_a_malformed_namespace_pattern_stops_the_operator_before_anything_runs():
+    registry = OperatorRegistry()
+    started = []
+    kopf.on.startup(registry=registry)(lambda **_: started.append(1))
+    with pytest.raises(running.OperatorError, match=r"Invalid namespace pattern 'myapp-\*,'"):
+        await kopf.operator(registry=registry, namespaces=['ns1', 'myapp-*,'])
+    assert started == []
+
+
+async def test_namespace_patterns_reach_the_operator_parsed(monkeypatch):
+    seen = {}
+
+    async def serve(**kwargs):
+        seen.update(kwargs)
+
+    monkeypatch.setattr(running, '_serve', serve)
+    await kopf.operator(namespaces=['myapp-*,!*-pr-*'], namespace='tools')
+    assert seen['scope'].select(['myapp-live', 'myapp-pr-1', 'tools', 'other']) == {'myapp-live', 'tools'}
+    await kopf.operator(namespaces=['myapp-*'], clusterwide=True)
+    assert seen['scope'] is None  # cluster-wide wins, as before
