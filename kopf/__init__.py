@@ -3,6 +3,8 @@ kopf: a framework for writing Kubernetes operators in Python.
 
 This module only re-exports the public API; everything lives in sub-packages.
 """
+import importlib.metadata
+
 from kopf import on
 from kopf.clients.auth import (
     LoginError,
@@ -108,6 +110,12 @@ from kopf.structs.typedefs import (
     RawEvent,
     RawEventType,
 )
+
+try:
+    # Kopf's documented way to name the framework, e.g. in a custom session's User-Agent.
+    __version__ = importlib.metadata.version('kopf')
+except importlib.metadata.PackageNotFoundError:  # run from a source tree that is not installed
+    __version__ = '0+unknown'
 
 __all__ = [
     'ABSENT',

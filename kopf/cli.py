@@ -20,6 +20,7 @@ import functools
 import importlib
 import importlib.util
 import os
+import re
 import sys
 import threading
 import traceback
@@ -61,10 +62,21 @@ class OperatorImportError(click.ClickException):
 
 
 def load_operator_code(paths: Sequence[str], modules: Sequence[str]) -> None:
-    """Import operator files and modules, so that their decorators register the handlers."""
-    sys.path.insert(0, os.getcwd())
-    for path in paths:
-        name = Path(path).stem
+    """
+    Import operator files and modules, so that their decorators register the handlers.
+
+    A file is run as ``python FILE`` would run it: its directory comes first
+    on ``sys.path``, so that it imports its sibling modules. It is imported
+    under a private module name, so that a file named like a module of the
+    standard library or of a package (``operator.py``, ``queue.py``) does not
+    shadow that module for everything imported after it. Modules (``-m``)
+    are imported by their names, from the working directory too, as
+    ``python -m`` does.
+    """
+    _prepend_to_path(os.getcwd())
+    for index, path in enumerate(paths):
+        _prepend_to_path(os.path.dirname(os.path.abspath(path)))
+        name = script_module_name(index, path)
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
             raise OperatorImportError(f"Cannot load the operator file {path!r}: not a Python file.")
@@ -73,6 +85,18 @@ def load_operator_code(paths: Sequence[str], modules: Sequence[str]) -> None:
         _import(functools.partial(spec.loader.exec_module, module), path)
     for name in modules:
         _import(functools.partial(importlib.import_module, name), name)
+
+
+def script_module_name(index: int, path: str) -> str:
+    """A module name for an operator file that no real module has: ``__kopf_script_0_handlers__``."""
+    stem = re.sub(r'\W', '_', Path(path).stem)
+    return f'__kopf_script_{index}_{stem}__'
+
+
+def _prepend_to_path(directory: str) -> None:
+    if directory in sys.path:
+        sys.path.remove(directory)
+    sys.path.insert(0, directory)
 
 
 def _import(action: Callable[[], object], what: str) -> None:

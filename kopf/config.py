@@ -201,6 +201,10 @@ class NetworkingConfig:
     streams apart); the others wait for a free slot. Pooled connections that
     have carried no request for ``idle_connection_timeout`` seconds are
     closed, and their buffers freed (``None``: kept open).
+
+    ``error_backoffs`` may be one number, as in Kopf: one retry after that
+    many seconds. Kopf's ``trust_env`` and ``enforce_retry_after`` are here
+    with Kopf's defaults (see docs/configuration.rst for what they do here).
     """
 
     request_timeout: float | None = 60.0
@@ -211,22 +215,54 @@ class NetworkingConfig:
     throttle_retries: int = 20
     max_concurrent_requests: int = 32
     idle_connection_timeout: float | None = 5.0
+    trust_env: bool = False
+    enforce_retry_after: bool = False
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, _backoffs(value) if name == 'error_backoffs' else value)
+
+
+# Kopf's default throttling of the objects whose handling fails in the framework (seconds): Fibonacci, 1 s to 10 min.
+KOPF_ERROR_DELAYS: tuple[float, ...] = (1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610)
+
+
+def _backoffs(value: Any) -> Any:
+    """Kopf's shorthand: one number is one backoff; anything else is kept as it is (any re-iterable)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (value,)
+    return value
 
 
 @dataclasses.dataclass
 class BatchingConfig:
-    """How per-object workers collect events and how long they live."""
+    """
+    How per-object workers collect events and how long they live.
+
+    ``error_delays`` is Kopf's setting, kept with Kopf's default (one number is
+    one delay, as in Kopf); see docs/configuration.rst for how failed objects
+    are retried here.
+    """
 
     worker_limit: int | None = None
     idle_timeout: float = 5.0
     batch_window: float = 0.1
     exit_timeout: float = 2.0
+    error_delays: Iterable[float] = KOPF_ERROR_DELAYS
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, _backoffs(value) if name == 'error_delays' else value)
 
 
 class ExecutionConfig:
-    """The executor for synchronous handlers; ``max_workers`` resizes it."""
+    """
+    The executor for synchronous handlers; ``max_workers`` resizes it.
+
+    ``default_backoff`` is Kopf's setting of the retry delay of handlers
+    without ``backoff=`` (60 seconds, as in Kopf); see docs/configuration.rst.
+    """
 
     def __init__(self, *, max_workers: int | None = None) -> None:
+        self.default_backoff: float = 60
         self._max_workers = max_workers
         self.executor: concurrent.futures.Executor = concurrent.futures.ThreadPoolExecutor(max_workers=max_workers)
 
@@ -280,6 +316,10 @@ class PeeringConfig:
     ``retry_period``. ``priority`` (Kopf's ``settings.peering.priority``):
     in HA mode, a replica of a higher priority than the leader's takes the
     Lease over and leads once the previous leader has surely stopped.
+    ``mandatory`` (Kopf's): ``True`` makes a standalone operator coordinate
+    as HA replicas, as Kopf's mandatory peering does (``--peering NAME``
+    does the same); reading it says whether replicas coordinate.
+    ``stealth`` (Kopf's) is accepted: there are no keep-alive logs to hide.
     """
 
     mode: str = 'standalone'
@@ -290,6 +330,17 @@ class PeeringConfig:
     renew_deadline: float = 10.0
     retry_period: float = 2.0
     priority: int = 0
+    stealth: bool = False
+
+    @property
+    def mandatory(self) -> bool:
+        """Kopf 1.x's spelling: whether the replicas must coordinate (here: HA or shards)."""
+        return self.mode != 'standalone'
+
+    @mandatory.setter
+    def mandatory(self, value: bool) -> None:
+        if value and self.mode == 'standalone':
+            self.mode = 'ha'
 
     @property
     def standalone(self) -> bool:

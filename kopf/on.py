@@ -1,16 +1,24 @@
 """
 The decorators that declare handlers: ``@kopf.on.create('kopfexamples')`` and the like.
 
-The resource is given as ``group, version, plural``, as an ``apiVersion``
-and a plural, or as one string: a plural, a kind, ``plural.group`` or
-``plural.version.group``; it is resolved against the cluster when the
-operator starts. Each decorator registers the function and returns it
+The resource is given as Kopf's users give it: its name (a plural, a
+singular, a kind or a short name, in any case) as the rightmost positional
+argument, optionally preceded by its group and version (``'kopf.dev', 'v1'``,
+``'kopf.dev/v1'``, ``'v1'`` for the core API, or a group alone); or in
+``kubectl``'s dotted forms (``'kopfexamples.kopf.dev'``); or by keywords
+(``kind=``, ``plural=``, ``singular=``, ``shortcut=``, ``category=``,
+``group=``, ``version=``); or as ``kopf.EVERYTHING`` or a callable that
+selects among the served resources (see
+:meth:`~kopf.structs.resources.Selector.from_args`). It is resolved against
+the cluster when the operator starts. Each decorator registers the function and returns it
 unchanged, so that decorators can be stacked.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from typing import Any, TypeVar
+
+from typing_extensions import Unpack
 
 from kopf.errors import ErrorsMode
 from kopf.reactor import registries, subhandling
@@ -31,7 +39,7 @@ from kopf.reactor.registries import (
 )
 from kopf.structs import dicts
 from kopf.structs.ids import HandlerId
-from kopf.structs.resources import Marker, Selector
+from kopf.structs.resources import ResourceArg, ResourceNames, Selector
 from kopf.structs.reviews import OPERATIONS, Operation, WebhookType
 
 F = TypeVar('F', bound=Callable[..., Any])
@@ -117,7 +125,7 @@ def probe(
 
 
 def create(
-        *resource: str | Marker,
+        *resource: ResourceArg | None,
         id: str | None = None,
         retries: int | None = None,
         timeout: float | None = None,
@@ -130,6 +138,7 @@ def create(
         value: ValueFilter = None,
         param: Any = None,
         registry: OperatorRegistry | None = None,
+        **names: Unpack[ResourceNames],
 ) -> Decorator[F]:
     """
     Called when an object is created (or first seen without a last-handled configuration).
@@ -137,13 +146,14 @@ def create(
     ``field=`` with ``value=`` (default: ``kopf.PRESENT``) narrows it down to
     objects with that field's value, as do the other handlers' ``field=``.
     """
-    return _changing(resource, Reason.CREATE, id=id, retries=retries, timeout=timeout, backoff=backoff,
+    selector = Selector.from_args(*resource, **names)
+    return _changing(selector, Reason.CREATE, id=id, retries=retries, timeout=timeout, backoff=backoff,
                      errors=errors, labels=labels, annotations=annotations, when=when, param=param,
                      registry=registry, field=field, value=value)
 
 
 def update(
-        *resource: str | Marker,
+        *resource: ResourceArg | None,
         id: str | None = None,
         retries: int | None = None,
         timeout: float | None = None,
@@ -158,6 +168,7 @@ def update(
         new: ValueFilter = None,
         param: Any = None,
         registry: OperatorRegistry | None = None,
+        **names: Unpack[ResourceNames],
 ) -> Decorator[F]:
     """
     Called when an object's essence (spec, labels, annotations, ...) has changed; ``diff`` says how.
@@ -166,13 +177,14 @@ def update(
     ``diff`` are the field's); ``value=`` narrows it down to changes from or
     to a value, ``old=``/``new=`` to changes from and to values.
     """
-    return _changing(resource, Reason.UPDATE, id=id, retries=retries, timeout=timeout, backoff=backoff,
+    selector = Selector.from_args(*resource, **names)
+    return _changing(selector, Reason.UPDATE, id=id, retries=retries, timeout=timeout, backoff=backoff,
                      errors=errors, labels=labels, annotations=annotations, when=when, param=param,
                      registry=registry, field=field, value=value, old=old, new=new)
 
 
 def resume(
-        *resource: str | Marker,
+        *resource: ResourceArg | None,
         id: str | None = None,
         retries: int | None = None,
         timeout: float | None = None,
@@ -185,15 +197,17 @@ def resume(
         value: ValueFilter = None,
         param: Any = None,
         registry: OperatorRegistry | None = None,
+        **names: Unpack[ResourceNames],
 ) -> Decorator[F]:
     """Called when the operator starts and finds an object that it has handled before."""
-    return _changing(resource, Reason.RESUME, id=id, retries=retries, timeout=timeout, backoff=backoff,
+    selector = Selector.from_args(*resource, **names)
+    return _changing(selector, Reason.RESUME, id=id, retries=retries, timeout=timeout, backoff=backoff,
                      errors=errors, labels=labels, annotations=annotations, when=when, param=param,
                      registry=registry, field=field, value=value)
 
 
 def delete(
-        *resource: str | Marker,
+        *resource: ResourceArg | None,
         id: str | None = None,
         retries: int | None = None,
         timeout: float | None = None,
@@ -207,6 +221,7 @@ def delete(
         optional: bool = False,
         param: Any = None,
         registry: OperatorRegistry | None = None,
+        **names: Unpack[ResourceNames],
 ) -> Decorator[F]:
     """
     Called when an object is being deleted; the deletion waits for it (via a finalizer).
@@ -214,13 +229,14 @@ def delete(
     With ``optional=True``, the handler does not make the operator add its
     finalizer: it runs only if the finalizer is there for other reasons.
     """
-    return _changing(resource, Reason.DELETE, id=id, retries=retries, timeout=timeout, backoff=backoff,
+    selector = Selector.from_args(*resource, **names)
+    return _changing(selector, Reason.DELETE, id=id, retries=retries, timeout=timeout, backoff=backoff,
                      errors=errors, labels=labels, annotations=annotations, when=when, param=param,
                      registry=registry, field=field, value=value, optional=optional)
 
 
 def field(
-        *resource: str | Marker,
+        *resource: ResourceArg | None,
         field: dicts.FieldSpec,
         id: str | None = None,
         retries: int | None = None,
@@ -235,6 +251,7 @@ def field(
         new: ValueFilter = None,
         param: Any = None,
         registry: OperatorRegistry | None = None,
+        **names: Unpack[ResourceNames],
 ) -> Decorator[F]:
     """
     Called when one field (e.g. ``'spec.size'``) has changed, on creation or update.
@@ -245,13 +262,14 @@ def field(
     """
     if not dicts.parse_field(field):
         raise ValueError("A field handler needs a non-empty field=, e.g. 'spec.size'.")
-    return _changing(resource, None, id=id, retries=retries, timeout=timeout, backoff=backoff,
+    selector = Selector.from_args(*resource, **names)
+    return _changing(selector, None, id=id, retries=retries, timeout=timeout, backoff=backoff,
                      errors=errors, labels=labels, annotations=annotations, when=when, param=param,
                      registry=registry, field=field, value=value, old=old, new=new)
 
 
 def event(
-        *resource: str | Marker,
+        *resource: ResourceArg | None,
         id: str | None = None,
         labels: MetaFilter | None = None,
         annotations: MetaFilter | None = None,
@@ -260,9 +278,10 @@ def event(
         value: ValueFilter = None,
         param: Any = None,
         registry: OperatorRegistry | None = None,
+        **names: Unpack[ResourceNames],
 ) -> Decorator[F]:
     """Called for every watch event of an object, with ``type`` and ``event``; never retried."""
-    selector = Selector.from_args(*resource)
+    selector = Selector.from_args(*resource, **names)
     check_field_filters(field=field, value=value)
     path = dicts.parse_field(field) or None
 
@@ -277,7 +296,7 @@ def event(
 
 
 def daemon(
-        *resource: str | Marker,
+        *resource: ResourceArg | None,
         id: str | None = None,
         param: Any = None,
         errors: ErrorsMode | None = None,
@@ -295,6 +314,7 @@ def daemon(
         value: ValueFilter = None,
         optional: bool = False,
         registry: OperatorRegistry | None = None,
+        **names: Unpack[ResourceNames],
 ) -> Decorator[F]:
     """
     Runs beside every matching object for as long as it exists and matches; see :doc:`daemons`.
@@ -305,7 +325,7 @@ def daemon(
     that returns is not started again for that object; one that raises is
     retried per ``errors=``, ``backoff=``, ``retries=``, ``timeout=``.
     """
-    selector = Selector.from_args(*resource)
+    selector = Selector.from_args(*resource, **names)
     _check_policy(retries=retries, timeout=timeout, backoff=backoff)
     check_field_filters(field=field, value=value)
     path = dicts.parse_field(field) or None
@@ -328,7 +348,7 @@ def daemon(
 
 
 def timer(
-        *resource: str | Marker,
+        *resource: ResourceArg | None,
         id: str | None = None,
         param: Any = None,
         errors: ErrorsMode | None = None,
@@ -346,6 +366,7 @@ def timer(
         value: ValueFilter = None,
         optional: bool = False,
         registry: OperatorRegistry | None = None,
+        **names: Unpack[ResourceNames],
 ) -> Decorator[F]:
     """
     Called every ``interval`` seconds for every matching object, as long as it exists; see :doc:`daemons`.
@@ -355,7 +376,7 @@ def timer(
     ``initial_delay``: the first call not before that many seconds. Without
     an ``interval``, it is called once per object. Calls never overlap.
     """
-    selector = Selector.from_args(*resource)
+    selector = Selector.from_args(*resource, **names)
     _check_policy(retries=retries, timeout=timeout, backoff=backoff)
     check_field_filters(field=field, value=value)
     path = dicts.parse_field(field) or None
@@ -377,7 +398,7 @@ def timer(
 
 
 def index(
-        *resource: str | Marker,
+        *resource: ResourceArg | None,
         id: str | None = None,
         errors: ErrorsMode | None = None,
         timeout: float | None = None,
@@ -390,6 +411,7 @@ def index(
         value: ValueFilter = None,
         param: Any = None,
         registry: OperatorRegistry | None = None,
+        **names: Unpack[ResourceNames],
 ) -> Decorator[F]:
     """
     An index function: its results for all objects of the resource form an in-memory index.
@@ -404,7 +426,7 @@ def index(
     ``PERMANENT``, a failing object's values are removed and it is not
     indexed again for ``backoff=`` seconds or at all.
     """
-    selector = Selector.from_args(*resource)
+    selector = Selector.from_args(*resource, **names)
     _check_policy(retries=retries, timeout=timeout, backoff=backoff)
     check_field_filters(field=field, value=value)
     path = dicts.parse_field(field) or None
@@ -419,7 +441,7 @@ def index(
     return decorator
 
 def validate(
-        *resource: str,
+        *resource: ResourceArg | None,
         id: str | None = None,
         param: Any = None,
         operation: Operation | None = None,
@@ -434,6 +456,7 @@ def validate(
         field: dicts.FieldSpec | None = None,
         value: ValueFilter = None,
         registry: OperatorRegistry | None = None,
+        **names: Unpack[ResourceNames],
 ) -> Decorator[F]:
     """
     Called by the API server before an object is stored; ``kopf.AdmissionError`` rejects the request.
@@ -443,14 +466,15 @@ def validate(
     subresource (``'*'``: any; default: the main resource only). See the
     Admission documentation for the webhook options.
     """
-    return _admission(resource, WebhookType.VALIDATING, id=id, param=param, operation=operation,
+    selector = Selector.from_args(*resource, **names)
+    return _admission(selector, WebhookType.VALIDATING, id=id, param=param, operation=operation,
                       operations=operations, subresource=subresource, persistent=persistent,
                       side_effects=side_effects, ignore_failures=ignore_failures, labels=labels,
                       annotations=annotations, when=when, field=field, value=value, registry=registry)
 
 
 def mutate(
-        *resource: str,
+        *resource: ResourceArg | None,
         id: str | None = None,
         param: Any = None,
         operation: Operation | None = None,
@@ -465,13 +489,15 @@ def mutate(
         field: dicts.FieldSpec | None = None,
         value: ValueFilter = None,
         registry: OperatorRegistry | None = None,
+        **names: Unpack[ResourceNames],
 ) -> Decorator[F]:
     """
     Called by the API server before an object is stored; changes to ``patch`` are applied to the object.
 
     The options are those of :func:`validate`.
     """
-    return _admission(resource, WebhookType.MUTATING, id=id, param=param, operation=operation,
+    selector = Selector.from_args(*resource, **names)
+    return _admission(selector, WebhookType.MUTATING, id=id, param=param, operation=operation,
                       operations=operations, subresource=subresource, persistent=persistent,
                       side_effects=side_effects, ignore_failures=ignore_failures, labels=labels,
                       annotations=annotations, when=when, field=field, value=value, registry=registry)
@@ -545,7 +571,7 @@ def _activity(
 
 
 def _changing(
-        resource: tuple[str | Marker, ...],
+        selector: Selector,
         reason: Reason | None,
         *,
         id: str | None,
@@ -564,7 +590,6 @@ def _changing(
         old: ValueFilter = None,
         new: ValueFilter = None,
 ) -> Decorator[F]:
-    selector = Selector.from_args(*resource)
     _check_policy(retries=retries, timeout=timeout, backoff=backoff)
     check_field_filters(field=field, value=value, old=old, new=new)
     path = dicts.parse_field(field) or None
@@ -582,7 +607,7 @@ def _changing(
 
 
 def _admission(
-        resource: tuple[str, ...],
+        selector: Selector,
         type: WebhookType,
         *,
         id: str | None,
@@ -600,7 +625,6 @@ def _admission(
         field: dicts.FieldSpec | None = None,
         value: ValueFilter = None,
 ) -> Decorator[F]:
-    selector = Selector.from_args(*resource)
     check_field_filters(field=field, value=value)
     path = dicts.parse_field(field) or None
     allowed = _operations(operation=operation, operations=operations)

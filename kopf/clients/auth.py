@@ -10,8 +10,13 @@ calls a login again when the credentials expire or are refused.
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import logging
 import os
+import sys
+import types
 from pathlib import Path
 from typing import Any, TypeAlias
 
@@ -23,6 +28,7 @@ from kopf.structs.credentials import ConnectionInfo
 __all__ = [
     'APIContext',
     'LoginError',
+    'configure_official_client',
     'Relogin',
     'login_default',
     'login_via_async_client',
@@ -201,6 +207,7 @@ def login_via_client(*, logger: Logger | None = None, **_: Any) -> ConnectionInf
         except kubernetes.config.ConfigException as e:
             log.debug("The kubernetes client has found no configuration: %s", type(e).__name__)
             return None
+    kubernetes.client.Configuration.set_default(configuration)  # as in Kopf: the handlers' clients use it too
     return _info_from_client_configuration(configuration)
 
 
@@ -228,6 +235,63 @@ async def login_via_async_client(*, logger: Logger | None = None, **_: Any) -> C
             log.debug("kubernetes_asyncio has found no configuration: %s", type(e).__name__)
             return None
     return _info_from_client_configuration(configuration)
+
+
+# --- The official client, configured for the handlers -------------------------------------------
+
+
+def configure_official_client() -> None:
+    """
+    Configure the official ``kubernetes`` client's default, as the default login of Kopf does.
+
+    Handlers written for Kopf call ``kubernetes.client.CoreV1Api()`` without
+    loading a configuration themselves. The client is configured as it
+    configures itself (in-cluster, else the kubeconfig) -- now if the
+    operator has imported it already, else when it is first imported: the
+    package costs about 30 MB and 0.2 s, which an operator that does not use
+    it should not pay. Nothing happens if it is not installed.
+    """
+    if 'kubernetes' in sys.modules:
+        _load_official_client_config(sys.modules['kubernetes'])
+    elif not any(isinstance(finder, _ConfigureOnImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _ConfigureOnImport())
+
+
+def _load_official_client_config(kubernetes: Any) -> None:
+    try:
+        try:
+            kubernetes.config.load_incluster_config()
+        except kubernetes.config.ConfigException:
+            kubernetes.config.load_kube_config(config_file=_client_kubeconfig())
+    except Exception as e:  # a client that cannot configure itself must not stop the operator
+        _module_logger.debug("The kubernetes client could not be configured (%s: %s); handlers that use it "
+                             "must configure it themselves.", type(e).__name__, e)
+    else:
+        _module_logger.debug("The kubernetes client is configured for the handlers.")
+
+
+class _ConfigureOnImport(importlib.abc.MetaPathFinder):
+    """Configures the ``kubernetes`` package right after its first import, once."""
+
+    def __init__(self) -> None:
+        self._done = False
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != 'kubernetes' or self._done:
+            return None
+        self._done = True  # also keeps the search below from coming back here
+        spec = importlib.util.find_spec(fullname)
+        loader = spec.loader if spec is not None else None
+        if spec is None or loader is None or not hasattr(loader, 'exec_module'):
+            return spec
+        run = loader.exec_module
+
+        def exec_module(module: types.ModuleType) -> None:
+            run(module)
+            _load_official_client_config(module)
+
+        setattr(loader, 'exec_module', exec_module)  # noqa: B010 (a loader made for this import alone)
+        return spec
 
 
 def _client_kubeconfig() -> str:

@@ -173,7 +173,7 @@ def _choose(selector: Selector, candidates: Sequence[_Candidate]) -> Resource:
 
 
 def _match(
-        selector: Selector,
+        selector: Selector | None,
         group: str,
         version: str,
         entries: list[Mapping[str, Any]] | None,
@@ -205,8 +205,7 @@ def _match(
             preferred=preferred,
             verbs=frozenset(entry.get('verbs') or ()),
         )
-        rank = selector.match_rank(resource, singular=entry.get('singularName') or '',
-                                   short_names=entry.get('shortNames') or ())
+        rank = selector.match_rank(resource) if selector is not None else 0  # None: every resource
         if rank is not None:
             result.append(_Candidate(resource=resource, rank=rank))
     return result
@@ -266,29 +265,41 @@ async def _resource_list(*, context: APIContext, group: str, version: str, cache
     return cache.lists[key]
 
 
-async def scan(*, context: APIContext) -> list[Resource]:
+async def scan(*, context: APIContext, all_versions: bool = False) -> list[Resource]:
     """
     Every resource that the cluster serves and that can be listed and watched (for ``kopf.EVERYTHING``).
 
     Only the preferred version of each group is taken (one resource, one
-    watch); subresources and resources without the ``list`` and ``watch``
-    verbs (reviews, bindings, ...) are skipped. Groups that fail to answer
-    are skipped with a warning, as in the resolution of bare names.
+    watch), unless ``all_versions`` is asked (for callable selectors, which
+    choose the versions themselves); subresources and resources without the
+    ``list`` and ``watch`` verbs (reviews, bindings, ...) are skipped. Groups
+    that fail to answer are skipped with a warning, as in the resolution of
+    bare names.
     """
     cache = _caches.setdefault(context, _Cache())
     resources: list[Resource] = []
     core = _GroupInfo(name='', versions=('v1',))
     for group in [core, *await _groups(context=context, cache=cache)]:
-        if not group.versions:
-            continue
-        version = group.versions[0]
-        entries = await _resource_list(context=context, group=group.name, version=version, cache=cache,
-                                       tolerant=True)
-        watchable = [entry for entry in entries or []
-                     if {'list', 'watch'} <= set(entry.get('verbs') or ())]
-        resources.extend(candidate.resource for candidate in _match(Selector(everything=True), group.name,
-                                                                     version, [*watchable, *_subresources(entries)]))
+        for version in group.versions if all_versions else group.versions[:1]:
+            entries = await _resource_list(context=context, group=group.name, version=version, cache=cache,
+                                           tolerant=True)
+            watchable = [entry for entry in entries or []
+                         if {'list', 'watch'} <= set(entry.get('verbs') or ())]
+            resources.extend(candidate.resource for candidate in _match(
+                None, group.name, version, [*watchable, *_subresources(entries)],
+                preferred=version == group.versions[0]))
     return resources
+
+
+def select(selector: Selector, resources: Sequence[Resource]) -> list[Resource]:
+    """
+    The scanned resources that a selector of many resources serves.
+
+    Only the preferred versions, as for names -- except for callables, which
+    see every version and choose for themselves (as in Kopf).
+    """
+    return [resource for resource in resources
+            if selector.check(resource) and (resource.preferred or selector.predicate is not None)]
 
 
 def _subresources(entries: list[Mapping[str, Any]] | None) -> list[Mapping[str, Any]]:

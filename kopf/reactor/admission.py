@@ -72,7 +72,7 @@ async def serve_admission_request(
         'new': Body(request.object) if request.object is not None else None,
         'diff': diffs.diff(request.old_object, request.object),
         'logger': ObjectLogger(body=original, logger=_objects_logger),
-        'memo': memo, 'config': config, 'settings': config,
+        'memo': memo,
         'resource': resource, 'subresource': request.subresource, 'operation': request.operation,
         'dryrun': request.dryrun, 'warnings': warnings, 'userinfo': request.userinfo,
         'headers': dict(headers or {}), 'sslpeer': dict(sslpeer or {}),  # {} without a client certificate, as in Kopf
@@ -120,8 +120,8 @@ def _select(
     resource = next(iter(matching.values()), None) or Resource(
         group=request.group, version=request.version, plural=request.plural, kind=request.kind)
     candidates: list[AdmissionHandler] = []
-    for selector in matching:
-        for handler in registry.get_admission_handlers(selector):
+    for served in dict.fromkeys(matching.values()):
+        for handler in registry.get_admission_handlers(served):
             if not any(handler is known for known in candidates):
                 candidates.append(handler)
     if webhook is not None:

@@ -1,15 +1,23 @@
 """
 Handler keyword arguments, built from typed parts and rendered into a dict only at the call.
 
-What a handler receives depends on what it handles: every handler gets the
-operator's ``logger``, ``memo`` and ``config``/``settings``; handlers of
-objects get the object (``body``, ``spec``, ``meta``, ... and ``patch``);
-handlers of a cause get ``reason``, ``old``, ``new``, ``diff``; retried
-handlers get ``retry``, ``started``, ``runtime``; event handlers get
-``type`` and ``event``; activity handlers get ``activity``; and every
-handler gets the operator's indexes, each by its name (they win over any
-other keyword argument of the same name, so that a name chosen for an index
-stays the index's even if the framework adds a keyword later). Each group is a
+What a handler receives depends on what it handles, exactly as in Kopf:
+every handler gets the operator's ``logger`` and ``memo``, ``param``, and
+``retry``, ``started``, ``runtime`` (event handlers too: their first and
+only attempt); handlers of objects get the object (``body``, ``spec``,
+``meta``, ... and ``patch``, ``resource``); handlers of a cause get
+``reason``, ``old``, ``new``, ``diff``; event handlers get ``type`` and
+``event``; activity handlers get ``activity`` and the operator's settings as
+``settings``; and every handler gets the operator's indexes, each by its
+name (they win over any other keyword argument of the same name, so that a
+name chosen for an index stays the index's even if the framework adds a
+keyword later).
+
+One keyword is ours alone: activity handlers get the settings as ``config``
+too (the name of :class:`~kopf.config.OperatorConfig`). Resource handlers
+get neither ``settings`` nor ``config``, as in Kopf: operators pass their
+``**kwargs`` on to their own helpers, and a keyword that Kopf never passes
+would collide with such a helper's own ``config`` parameter. Each group is a
 frozen part of :class:`Arguments`, so the cycle passes typed values around
 and nobody mutates a shared dict; :meth:`Arguments.render` makes the dict
 for one call, and the dict is dropped with the call.
@@ -48,7 +56,7 @@ class Attempts(Protocol):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class OperatorArguments:
-    """What every handler gets; ``indexes`` by their names."""
+    """What every handler gets (``indexes`` by their names), and the settings that activity handlers get."""
 
     logger: Logger
     memo: Any
@@ -56,7 +64,10 @@ class OperatorArguments:
     indexes: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def render(self) -> dict[str, Any]:
-        return {'logger': self.logger, 'memo': self.memo, 'config': self.config, 'settings': self.config}
+        return {'logger': self.logger, 'memo': self.memo}
+
+    def render_settings(self) -> dict[str, Any]:
+        return {'settings': self.config, 'config': self.config}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -162,6 +173,7 @@ class Arguments:
                 kwargs.update(part.render())
         if self.activity is not None:
             kwargs['activity'] = self.activity
+            kwargs.update(self.operator.render_settings())
         kwargs['param'] = self.param
         kwargs.update(self.operator.indexes)
         return kwargs

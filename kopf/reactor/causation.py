@@ -12,7 +12,7 @@ deletion requested, our finalizer is on it             ``DELETE``
 deletion requested, no finalizer of ours               ``NOOP`` [1]_
 no change handlers, daemons or timers for the resource ``NOOP``
 a handler needs our finalizer, it is not there [3]_    ``FINALIZER``
-no change handlers for the resource                    ``NOOP``
+no change handler selects the object [4]_              ``NOOP``
 never handled (no diff-base)                           ``CREATE``
 the essence differs from the diff-base                 ``UPDATE`` [2]_
 resuming (see below)                                   ``RESUME``
@@ -24,6 +24,9 @@ otherwise                                              ``NOOP``
 .. [2] With the resume handlers joining, if resuming.
 .. [3] A (non-optional) delete handler, daemon or timer that is interested
    in the object.
+.. [4] By its filters (see :func:`~kopf.reactor.selection.selects`): an
+   object that no handler selects is never written to -- no diff-base, no
+   progress. It becomes a creation when it starts to be selected.
 
 **Resuming** is explicit in the cause (:attr:`Cause.resuming`): an object
 that was handled before is resuming on its first sight since the operator
@@ -109,11 +112,13 @@ async def detect(
         resume_ids: Collection[HandlerId],
         requires_finalizer: Callable[[Essences], bool],
         persistence: Persistence,
+        selected: Callable[[Essences], bool] = lambda essences: True,
 ) -> Cause:
     """
     Decide the cause of a handling cycle (see the module's rules).
 
     ``handled``: whether the resource has change handlers at all;
+    ``selected``: whether any of them is interested in this object;
     ``guarded``: whether it has other handlers that may need our finalizer
     (daemons, timers).
     ``requires_finalizer``: whether a delete handler is interested in the
@@ -129,6 +134,7 @@ async def detect(
     if not handled and not guarded:
         return Cause(Reason.NOOP)
     essences = await persistence.essences()
+    handled = handled and selected(essences)
     if not finalizers.is_deletion_blocked(body, finalizer) and requires_finalizer(essences):
         return Cause(Reason.FINALIZER, essences=essences,
                      resuming=handled and essences.old is not None and first_seen)

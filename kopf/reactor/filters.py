@@ -93,12 +93,19 @@ def match(
         body: Body,
         kwargs: Mapping[str, Any],
         transition: Transition | None = None,
+        field: bool = True,
 ) -> bool:
-    """Whether all filters accept the object; ``when=`` is asked last, only if the others agree."""
+    """
+    Whether all filters accept the object; ``when=`` is asked last, only if the others agree.
+
+    ``field=False`` leaves the field filter out (for handlers of a field's
+    change, when asking whether the object is theirs at all: any object's
+    field may change).
+    """
     meta = body.metadata
     return (match_meta(spec.labels, meta.labels, kwargs) and
             match_meta(spec.annotations, meta.annotations, kwargs) and
-            match_field(spec, body=body, kwargs=kwargs, transition=transition) and
+            (not field or match_field(spec, body=body, kwargs=kwargs, transition=transition)) and
             match_when(spec.when, kwargs))
 
 

@@ -122,22 +122,28 @@ class Resolution:
     resources: Mapping[Selector, Resource]
     unresolved: tuple[Selector, ...] = ()
     ambiguous: Mapping[Selector, str] = dataclasses.field(default_factory=dict)
-    everything: bool = False  # whether kopf.EVERYTHING is among the selectors
-    scanned: frozenset[Selector] = frozenset()  # the selectors that kopf.EVERYTHING has added
+    # The selectors of many resources (kopf.EVERYTHING, categories, callables), and the selectors they added.
+    scanned: Mapping[Selector, tuple[Selector, ...]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def everything(self) -> bool:
+        """Whether resources that appear later may be served by a selector of many resources."""
+        return bool(self.scanned)
 
 
 async def resolve(context: APIContext, selectors: Collection[Selector]) -> Resolution:
     """
     Resolve the handlers' resources as the cluster serves them now.
 
-    ``kopf.EVERYTHING`` adds every other served resource (under a selector of
-    its own), so that no resource is watched twice.
+    The selectors of many resources (``kopf.EVERYTHING``, categories,
+    callables) add every other served resource that they select (each under
+    a selector of its own), so that no resource is watched twice.
     """
     resolved: dict[Selector, Resource] = {}
     unresolved: list[Selector] = []
     ambiguous: dict[Selector, str] = {}
     for selector in selectors:
-        if selector.everything:
+        if not selector.is_specific:
             continue
         try:
             resolved[selector] = await discovery.resolve(context=context, selector=selector)
@@ -145,17 +151,26 @@ async def resolve(context: APIContext, selectors: Collection[Selector]) -> Resol
             unresolved.append(selector)
         except discovery.AmbiguousResourceError as e:
             ambiguous[selector] = str(e)
-    everything = any(selector.everything for selector in selectors)
-    scanned: set[Selector] = set()
-    if everything:
-        served = {(resource.group, resource.plural) for resource in resolved.values()}
-        for resource in await discovery.scan(context=context):
-            if (resource.group, resource.plural) not in served:
-                selector = Selector(group=resource.group, version=resource.version, plural=resource.plural)
-                resolved[selector] = resource
-                scanned.add(selector)
-    return Resolution(resources=resolved, unresolved=tuple(unresolved), ambiguous=ambiguous,
-                      everything=everything, scanned=frozenset(scanned))
+    multiple = [selector for selector in selectors if not selector.is_specific]
+    scanned: dict[Selector, tuple[Selector, ...]] = {}
+    if multiple:
+        # A resource is watched in one version, unless a callable chooses several versions itself.
+        served: set[tuple[str, ...]] = {(resource.group, resource.plural) for resource in resolved.values()}
+        served |= {(resource.group, resource.plural, resource.version) for resource in resolved.values()}
+        found = await discovery.scan(context=context, all_versions=any(s.predicate for s in multiple))
+        for selector in multiple:
+            picked = discovery.select(selector, found)
+            keys = {resource: (resource.group, resource.plural) + ((resource.version,) if selector.predicate else ())
+                    for resource in picked}
+            added: list[Selector] = []
+            for resource in picked:
+                if keys[resource] not in served:
+                    key = Selector(group=resource.group, version=resource.version, plural=resource.plural)
+                    resolved[key] = resource
+                    served.add(keys[resource])
+                    added.append(key)
+            scanned[selector] = tuple(added)
+    return Resolution(resources=resolved, unresolved=tuple(unresolved), ambiguous=ambiguous, scanned=scanned)
 
 
 def revised_resources(
@@ -241,11 +256,12 @@ async def observing(
 
 
 def _log_start(resolution: Resolution, *, scanning: bool) -> None:
+    added = {key for keys in resolution.scanned.values() for key in keys}
     for selector, resource in resolution.resources.items():
-        if selector not in resolution.scanned:
+        if selector not in added:
             logger.info("Serving %s as %s.", selector, resource)
-    if resolution.everything:
-        logger.info("Serving everything: %d more resources.", len(resolution.scanned))
+    for selector, keys in resolution.scanned.items():
+        logger.info("Serving %s: %d more resources.", selector, len(keys))
     if resolution.unresolved:
         names = ', '.join(str(selector) for selector in resolution.unresolved)
         if scanning:

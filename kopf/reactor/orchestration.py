@@ -62,9 +62,14 @@ def desired_streams(resources: Mapping[Selector, Resource], namespaces: Collecti
 
     Cluster-scoped resources are watched once, cluster-wide, whatever the
     namespaces; namespaced ones once per namespace (``None``: cluster-wide).
+    A resource that several selectors name is watched once, under the first
+    of them: its handlers are found by the resource.
     """
+    first: dict[Resource, Selector] = {}
+    for selector, resource in resources.items():
+        first.setdefault(resource, selector)
     return frozenset(Stream(selector=selector, resource=resource, namespace=namespace)
-                     for selector, resource in resources.items()
+                     for resource, selector in first.items()
                      for namespace in (namespaces if resource.namespaced else (None,)))
 
 

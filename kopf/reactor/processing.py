@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 from collections.abc import Mapping, MutableSet, Sequence
 from typing import Any
@@ -128,9 +129,10 @@ async def _process(
     first_seen = key not in watch.seen
     try:
         result = await cycle.handle_object(
-            registry=watch.registry, config=watch.config, resource=watch.selector,
+            registry=watch.registry, config=watch.config, resource=watch.resource,
             event_type=raw_event.get('type'), body=body, first_seen=first_seen, memo=watch.memo, logger=logger,
-            stages=watch.stages, indexes=watch.indexes, resolved=watch.resource)
+            stages=watch.stages, indexes=watch.indexes, resolved=watch.resource,
+            send_early=functools.partial(_send_early, watch, body=body, logger=logger))
     except Exception:
         if first_seen:
             watch.seen.discard(key)  # the next attempt is still the first sight of it
@@ -250,6 +252,41 @@ async def _send(
     logger.error("%sFailed to patch the object %d times; retrying the handling in %ss.",
                  f"{rejection} " if rejection else "", PATCH_ATTEMPTS, REJECTED_PATCH_DELAY)
     return ProcessingOutcome(delay=REJECTED_PATCH_DELAY)
+
+
+async def _send_early(
+        watch: ResourceWatch,
+        patch: Patch,
+        essential: Patch | None,
+        *,
+        body: Body,
+        logger: ObjectLogger,
+) -> Mapping[str, Any] | None:
+    """
+    Write the finished handlers' work while another handler runs long; once, without retries.
+
+    It is an early copy of what the cycle's own patch sends anyway: if it
+    fails, nothing is lost but the earliness, so it is only logged. A part
+    that the server refuses is left out, as in the cycle's own patch. Gives
+    the object as the write has left it (``None`` if it did not land).
+    """
+    name, namespace = body.metadata.name or '', body.metadata.namespace
+    for attempt in (patch, essential):
+        if not attempt:
+            continue
+        try:
+            return await patching.patch_obj(context=watch.context, resource=watch.resource, namespace=namespace,
+                                            name=name, patch=attempt, logger=logger)
+        except APIError as e:
+            if isinstance(e, (APIServerError, APIUnauthorizedError, APITooManyRequestsError)):
+                logger.debug("The early write has failed (%s); the cycle's patch will carry it.", e)
+                return None
+            logger.debug("The early write was refused (%s)%s.", e, "; trying the progress alone" if attempt is patch
+                         and essential else "; the cycle's patch will carry it")
+        except (APIConnectionError, aiohttp.ClientError, asyncio.TimeoutError) as e:
+            logger.debug("The early write has failed (%s); the cycle's patch will carry it.", e)
+            return None
+    return None
 
 
 def _give_up(watch: ResourceWatch, body: Body, error: APIError, logger: ObjectLogger, *parts: str) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
 from kopf.errors import DuplicateHandlerError, ErrorsMode
@@ -238,9 +238,18 @@ def matches(handler: ResourceHandler, *, body: Body, kwargs: Mapping[str, Any]) 
 
 
 def _selects(selector: Selector, resource: ResourceKey) -> bool:
+    """Whether the handlers declared for a selector apply to a served resource (or to that very selector)."""
     if isinstance(resource, Selector):
         return selector == resource or selector.everything
-    return selector.match_rank(resource) is not None
+    return selector.check(resource)
+
+
+def _memo_key(resource: ResourceKey) -> Hashable:
+    """Served resources equal by group-version-plural may still differ in the names that selectors match."""
+    if isinstance(resource, Selector):
+        return resource
+    return (resource.group, resource.version, resource.plural, resource.kind, resource.singular,
+            resource.shortcuts, resource.categories, resource.preferred)
 
 
 # Handlers that may run in the same handling cycle must have distinct ids,
@@ -272,10 +281,12 @@ class OperatorRegistry:
         self._admission: dict[Selector, list[AdmissionHandler]] = {}
         self._spawning: dict[Selector, list[SpawningHandler]] = {}
         self._indexing: dict[Selector, list[IndexingHandler]] = {}
+        self._selected: dict[tuple[int, Hashable], tuple[Any, ...]] = {}  # cleared by every registration
 
     # Registration.
 
     def register_activity_handler(self, handler: ActivityHandler) -> None:
+        self._selected.clear()
         for existing in self._activity:
             if existing.activity == handler.activity and existing.id == handler.id:
                 raise DuplicateHandlerError(
@@ -284,6 +295,7 @@ class OperatorRegistry:
         self._activity.append(handler)
 
     def register_changing_handler(self, selector: Selector, handler: ChangingHandler) -> None:
+        self._selected.clear()
         handlers = self._changing.setdefault(selector, [])
         for existing in handlers:
             if _conflicts(existing, handler):
@@ -294,6 +306,7 @@ class OperatorRegistry:
         handlers.append(handler)
 
     def register_watching_handler(self, selector: Selector, handler: WatchingHandler) -> None:
+        self._selected.clear()
         handlers = self._watching.setdefault(selector, [])
         for existing in handlers:
             if existing.id == handler.id:
@@ -303,6 +316,7 @@ class OperatorRegistry:
         handlers.append(handler)
 
     def register_spawning_handler(self, selector: Selector, handler: SpawningHandler) -> None:
+        self._selected.clear()
         handlers = self._spawning.setdefault(selector, [])
         for existing in handlers:
             if existing.id == handler.id:
@@ -312,6 +326,7 @@ class OperatorRegistry:
         handlers.append(handler)
 
     def register_admission_handler(self, selector: Selector, handler: AdmissionHandler) -> None:
+        self._selected.clear()
         # The id is the webhook's URL path and name: one id is one function, even across resources.
         for _, existing in self.iter_admission_handlers():
             if existing.id == handler.id and (existing.fn != handler.fn or existing.type != handler.type):
@@ -322,6 +337,7 @@ class OperatorRegistry:
         self._admission.setdefault(selector, []).append(handler)
 
     def register_indexing_handler(self, selector: Selector, handler: IndexingHandler) -> None:
+        self._selected.clear()
         # The id is the keyword argument of the index in every handler: one name, one index.
         for other, existing in self.iter_indexing_handlers():
             if existing.id == handler.id:
@@ -432,9 +448,13 @@ class OperatorRegistry:
         )
 
     def _select(self, table: Mapping[Selector, list[Any]], resource: ResourceKey) -> Iterator[Any]:
-        for selector, handlers in table.items():
-            if _selects(selector, resource):
-                yield from handlers
+        """The handlers of every selector that selects the resource; remembered until the next registration."""
+        key = (id(table), _memo_key(resource))
+        selected = self._selected.get(key)
+        if selected is None:
+            selected = self._selected[key] = tuple(handler for selector, handlers in table.items()
+                                                   if _selects(selector, resource) for handler in handlers)
+        return iter(selected)
 
 
 class SubRegistry:

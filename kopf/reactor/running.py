@@ -260,13 +260,14 @@ async def _serve(
                     await preflight.check_persistence(context=context, resources=insights.resources.values(),
                                                       persistence=config.persistence)
                     admitted = await _resolve(context, registry.admission_selectors)
+                    view = peering.ReplicaView() if config.peering.mode != 'standalone' else None
                     await stack.enter_async_context(serving.admission_webhooks(
                         context=context, registry=registry, resources=admitted, config=config, memo=memo,
                         stop=stop, namespaces=_webhook_namespaces(scope), indexes=indexes,
-                        served=_served_namespaces(scope, insights)))
+                        served=_served_namespaces(scope, insights), replicas=view))
                     peers = await stack.enter_async_context(peering.peering(
                         context=context, config=config.peering, namespaces=namespaces,
-                        clusterwide=clusterwide, stop=stop))
+                        clusterwide=clusterwide, stop=stop, view=view))
                     await _watch_all(context=context, insights=insights, registry=registry, config=config,
                                      memo=memo, stop=stop, ready_flag=ready_flag, health=health, peers=peers,
                                      indexes=indexes)
@@ -322,7 +323,9 @@ async def _login(
             return result
     if results:
         raise OperatorError("The login handlers returned no kopf.ConnectionInfo (or kopf.AiohttpSession).")
-    return await asyncio.get_running_loop().run_in_executor(None, auth.login_default)
+    info = await asyncio.get_running_loop().run_in_executor(None, auth.login_default)
+    await asyncio.get_running_loop().run_in_executor(None, auth.configure_official_client)
+    return info
 
 
 def _api_context(info: ConnectionInfo | AiohttpSession, *, config: OperatorConfig, relogin: auth.Relogin) -> APIContext:
@@ -365,8 +368,9 @@ async def _resolve(context: APIContext, selectors: Collection[Selector]) -> dict
     """
     Resolve the resources of the admission handlers (once, at the start); an unknown one stops the operator.
 
-    ``kopf.EVERYTHING`` adds every other served resource (under a selector of
-    its own), so that no resource is watched twice.
+    The selectors of many resources (``kopf.EVERYTHING``, categories,
+    callables) add every other served resource that they select (each under
+    a selector of its own), so that no resource is watched twice.
     """
     resolution = await observation.resolve(context, selectors)
     for selector in resolution.unresolved:
@@ -413,7 +417,7 @@ async def _watch_all(
     indexes = indexes if indexes is not None else indexing.OperatorIndexes(registry)
 
     def spawn(stream: orchestration.Stream, until: asyncio.Event) -> tuple[asyncio.Task[None], daemons.Daemons | None]:
-        keeper = _keeper(registry, stream.selector, stream.resource, handling_context, gate=gate)
+        keeper = _keeper(registry, stream.resource, handling_context, gate=gate)
         watch = processing.ResourceWatch(context=handling_context, resource=stream.resource, selector=stream.selector,
                                          registry=registry, config=config, memo=memo, indexes=indexes,
                                          stages=cycle.STAGES if keeper is None else (*cycle.STAGES, keeper))
@@ -425,7 +429,7 @@ async def _watch_all(
                                     daemons_timeout=config.background.exit_timeout, indexes=indexes)
     initial = orchestration.desired_streams(insights.resources, insights.namespaces)
     for stream in initial:
-        if registry.get_indexing_handlers(stream.selector):
+        if registry.get_indexing_handlers(stream.resource):
             indexes.expect(stream.listing)  # before any stream starts: handlers wait for all of the start
     insights.revised.clear()
     streams.follow(initial)
@@ -493,17 +497,16 @@ async def _follow(
 
 def _keeper(
         registry: OperatorRegistry,
-        selector: Selector,
         resource: Resource,
         context: APIContext,
         *,
         gate: fencing.Gate | None,
 ) -> daemons.Daemons | None:
     """The keeper of the stream's daemons and timers, if its resource has any."""
-    if not registry.has_spawning_handlers(selector):
+    if not registry.has_spawning_handlers(resource):
         return None
     return daemons.Daemons(patcher=functools.partial(daemons.patch_object, context=context, resource=resource),
-                           permit=gate.admits if gate is not None else None)
+                           fence=gate)
 
 
 def watch_failure(error: BaseException, resource: Resource, namespace: str | None) -> str:
@@ -575,9 +578,9 @@ async def _handle_stream(
 
     stream: AsyncIterator[queueing.RawEvent]
     stream = open_stream(stop) if gate is None else fencing.gated_stream(gate, open_stream, stop=stop)
-    if indexes is not None and watch.registry.get_indexing_handlers(watch.selector):
+    if indexes is not None and watch.registry.get_indexing_handlers(watch.resource):
         # Every replica indexes every event, before the gate decides which objects it handles.
-        stream = indexes.indexed(stream, listing=listing, registry=watch.registry, selector=watch.selector,
+        stream = indexes.indexed(stream, listing=listing, registry=watch.registry, selector=watch.resource,
                                  resource=watch.resource, config=watch.config, memo=watch.memo)
     await queueing.watch_objects(stream=stream, processor=functools.partial(processing.process_event, watch),
                                  settings=watch.config.batching, gate=gate)

@@ -104,6 +104,46 @@ def requires_finalizer(
         return True
 
 
+def selects(
+        registry: OperatorRegistry,
+        resource: ResourceKey,
+        essences: Essences,
+        *,
+        arguments: Arguments,
+) -> bool:
+    """
+    Whether any handler of changes may be interested in the object: otherwise, the object is not ours.
+
+    An object that no handler selects is never written to: no diff-base, no
+    progress, no finalizer for them (as in Kopf). A handler of a field's
+    change counts whatever its field is now, since any object's field may
+    change; the other filters (labels, annotations, ``when=``, a field's
+    value) must accept the object as it is. ``when=`` sees the essences with
+    the handler's own reason (for handlers of creation and update: creation
+    if the object has no diff-base yet, else update). A filter that fails
+    counts as interested here: the handler's own selection reports it, and
+    skips the handler.
+    """
+    handlers = registry.get_all_changing_handlers(resource)
+    if any(not handler.labels and not handler.annotations and handler.when is None
+           and (not handler.field or handler.watches_change) for handler in handlers):
+        return True  # a handler without filters selects every object: nothing to ask
+    changed = Reason.CREATE if essences.old is None else Reason.UPDATE
+    views: dict[Reason, Arguments] = {}
+    for handler in handlers:
+        reason = handler.reason if handler.reason in (Reason.DELETE, Reason.RESUME) else changed
+        if reason not in views:
+            views[reason] = arguments.with_cause(CauseArguments(reason=reason, old=essences.old, new=essences.new,
+                                                                diff=essences.diff))
+        own = views[reason].for_handler(handler)
+        try:
+            if filters.match(handler, body=_body(own), kwargs=own.render(), field=not handler.watches_change):
+                return True
+        except Exception:
+            return True
+    return False
+
+
 def resume_ids(registry: OperatorRegistry, resource: ResourceKey) -> list[HandlerId]:
     """The ids of the resume handlers: their stored progress means that resuming is not over."""
     return [handler.id for handler in registry.get_changing_handlers(resource, Reason.RESUME)]

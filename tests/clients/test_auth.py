@@ -2,7 +2,9 @@ import asyncio
 import base64
 import logging
 import os
+import subprocess
 import sys
+import textwrap
 
 import pytest
 import yaml
@@ -316,7 +318,16 @@ def test_login_via_pykube_without_configuration_gives_nothing():
     assert kopf.login_via_pykube() is None
 
 
-def test_login_via_client_from_a_kubeconfig(tmp_path, monkeypatch, tls):
+@pytest.fixture()
+def client_default():
+    """The official client's process-wide default configuration, restored after the test."""
+    import kubernetes
+    kubernetes.client.Configuration.set_default(None)
+    yield kubernetes.client.Configuration
+    kubernetes.client.Configuration.set_default(None)
+
+
+def test_login_via_client_from_a_kubeconfig(tmp_path, monkeypatch, tls, client_default):
     (tmp_path / 'ca.crt').write_bytes(tls.ca_cert)
     path = simple_kubeconfig(tmp_path / 'kubeconfig', user={'token': 'client-token'},
                              cluster_extra={'certificate-authority': str(tmp_path / 'ca.crt')})
@@ -327,9 +338,10 @@ def test_login_via_client_from_a_kubeconfig(tmp_path, monkeypatch, tls):
     assert info.scheme == 'Bearer'
     assert info.ca_path == str(tmp_path / 'ca.crt')
     assert info.insecure is False
+    assert client_default.get_default_copy().host == 'https://k8s:6443'  # as in Kopf: the handlers' clients too
 
 
-def test_login_via_client_without_configuration_gives_nothing():
+def test_login_via_client_without_configuration_gives_nothing(client_default):
     assert kopf.login_via_client() is None
 
 
@@ -352,3 +364,47 @@ async def test_login_via_a_missing_client_says_what_to_install(monkeypatch, modu
         result = login()
         if asyncio.iscoroutine(result):
             await result
+
+
+# --- The official client, configured for handlers that use it without loading a configuration ----
+
+def official_client_default(tmp_path, script):
+    """Run a script in a fresh interpreter (imports are for good), with a kubeconfig; return its output."""
+    path = simple_kubeconfig(tmp_path / 'kubeconfig', server='https://from-kubeconfig:6443', user={'token': 't'})
+    env = {**os.environ, 'KUBECONFIG': str(path), 'PYTHONPATH': os.pathsep.join(sys.path)}
+    env.pop('KUBERNETES_SERVICE_HOST', None)
+    result = subprocess.run([sys.executable, '-c', textwrap.dedent(script)], capture_output=True, text=True,
+                            env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_the_official_client_imported_before_the_login_is_configured_by_it(tmp_path):
+    assert official_client_default(tmp_path, """
+        import kubernetes
+        from kopf.clients import auth
+        auth.configure_official_client()
+        print(kubernetes.client.CoreV1Api().api_client.configuration.host)
+    """) == 'https://from-kubeconfig:6443'
+
+
+def test_the_official_client_imported_after_the_login_is_configured_on_its_import(tmp_path):
+    assert official_client_default(tmp_path, """
+        import sys
+        from kopf.clients import auth
+        auth.configure_official_client()
+        assert 'kubernetes' not in sys.modules  # not imported for nothing
+        from kubernetes import client
+        print(client.CoreV1Api().api_client.configuration.host)
+    """) == 'https://from-kubeconfig:6443'
+
+
+def test_an_official_client_that_finds_no_configuration_does_not_stop_the_login(tmp_path):
+    assert official_client_default(tmp_path, """
+        import os
+        os.environ['KUBECONFIG'] = '/nonexistent/kubeconfig'
+        from kopf.clients import auth
+        auth.configure_official_client()
+        import kubernetes
+        print(kubernetes.client.Configuration.get_default_copy().host == kubernetes.client.Configuration().host)
+    """) == 'True'  # the client's own default, untouched

@@ -4,14 +4,14 @@ import pytest
 from aiohttp import web
 
 from kopf.clients.auth import APIContext
-from kopf.clients.discovery import AmbiguousResourceError, ResourceNotFoundError, resolve, scan
+from kopf.clients.discovery import AmbiguousResourceError, ResourceNotFoundError, resolve, scan, select
 from kopf.clients.errors import APIServerError
-from kopf.structs.resources import Resource, Selector
+from kopf.structs.resources import EVERYTHING, Resource, Selector
 
 
-def entry(name, kind='', *, singular='', namespaced=True, short=()):
+def entry(name, kind='', *, singular='', namespaced=True, short=(), categories=()):
     return {'name': name, 'singularName': singular, 'namespaced': namespaced, 'kind': kind,
-            'verbs': ['get', 'list', 'watch'], 'shortNames': list(short)}
+            'verbs': ['get', 'list', 'watch'], 'shortNames': list(short), 'categories': list(categories)}
 
 
 def group(name, *versions, preferred=None):
@@ -30,7 +30,7 @@ def documents():
     return {
         '/api/v1': resource_list(
             'v1',
-            entry('pods', 'Pod', singular='pod', short=['po']),
+            entry('pods', 'Pod', singular='pod', short=['po'], categories=['all']),
             entry('pods/status', 'Pod'),
             entry('pods/log', 'Pod'),
             entry('configmaps', 'ConfigMap', singular='configmap', short=['cm']),
@@ -47,7 +47,7 @@ def documents():
         ]},
         '/apis/apps/v1': resource_list(
             'apps/v1',
-            entry('deployments', 'Deployment', singular='deployment', short=['deploy']),
+            entry('deployments', 'Deployment', singular='deployment', short=['deploy'], categories=['all']),
             entry('deployments/status', 'Deployment'),
             entry('deployments/scale', 'Scale'),
         ),
@@ -113,6 +113,18 @@ def described(resource):
                                         subresources=frozenset({'status', 'scale'}))),
     (('deploy',), Resource('apps', 'v1', 'deployments', 'Deployment', namespaced=True,
                            subresources=frozenset({'status', 'scale'}))),
+    # Kopf's forms with a name other than the plural, after an API group and/or version:
+    (('v1', 'ConfigMap'), Resource('', 'v1', 'configmaps', 'ConfigMap', namespaced=True)),
+    (('', 'v1', 'configmap'), Resource('', 'v1', 'configmaps', 'ConfigMap', namespaced=True)),
+    (('v1', 'cm'), Resource('', 'v1', 'configmaps', 'ConfigMap', namespaced=True)),
+    (('v1', 'CONFIGMAPS'), Resource('', 'v1', 'configmaps', 'ConfigMap', namespaced=True)),
+    (('kopf.dev', 'v1', 'kopfexample'), KEX),
+    (('kopf.dev/v1', 'KopfExample'), KEX),
+    (('kopf.dev', 'kex'), KEX),  # a group alone: its preferred version
+    (('kopfexample.kopf.dev',), KEX),
+    (('pods.v1',), PODS),
+    (('apps', 'Deployment'), Resource('apps', 'v1', 'deployments', 'Deployment', namespaced=True,
+                                      subresources=frozenset({'status', 'scale'}))),
 ])
 async def test_resolution(cluster, context, args, expected):
     assert described(await resolve(context=context, selector=Selector.from_args(*args))) == described(expected)
@@ -252,3 +264,39 @@ async def test_resources_tell_what_discovery_says_of_them_as_in_kopf(cluster, co
     assert pods.get_url(namespace='ns', name='p') == '/api/v1/namespaces/ns/pods/p'  # without a server: a path
     old = await resolve(context=context, selector=Selector.parse('oldthings'))
     assert not old.preferred  # served only by kopf.dev/v1beta1, while v1 is the group's preferred version
+
+
+@pytest.mark.parametrize('names, expected', [
+    ({'kind': 'KopfExample'}, KEX),
+    ({'plural': 'kopfexamples'}, KEX),
+    ({'singular': 'kopfexample'}, KEX),
+    ({'shortcut': 'kex'}, KEX),
+    ({'group': 'kopf.dev', 'plural': 'kopfexamples'}, KEX),
+    ({'group': 'kopf.dev', 'version': 'v1beta1', 'kind': 'KopfExample'},
+     Resource('kopf.dev', 'v1beta1', 'kopfexamples', 'KopfExample')),
+])
+async def test_resolution_by_kopfs_keywords(cluster, context, names, expected):
+    assert described(await resolve(context=context, selector=Selector.from_args(**names))) == described(expected)
+
+
+async def test_keywords_are_exact_unlike_bare_names(cluster, context):
+    with pytest.raises(ResourceNotFoundError, match='kind=kopfexample'):
+        await resolve(context=context, selector=Selector.from_args(kind='kopfexample'))
+
+
+async def test_a_selector_of_many_resources_serves_what_it_selects_in_preferred_versions(cluster, context):
+    scanned = await scan(context=context)
+    assert {str(r) for r in select(Selector.from_args('kopf.dev', EVERYTHING), scanned)} == {
+        'kopfexamples.v1.kopf.dev', 'clusterthings.v1.kopf.dev'}
+    everything = {str(r) for r in select(Selector.from_args(EVERYTHING), scanned)}
+    assert everything >= {'pods.v1', 'events.v1.events.k8s.io', 'kopfexamples.v1.kopf.dev'}
+    assert 'events.v1' not in everything  # core events only when named
+    assert {str(r) for r in select(Selector.from_args(category='all'), scanned)} == {'pods.v1', 'deployments.v1.apps'}
+
+
+async def test_a_callable_selects_among_all_versions(cluster, context):
+    scanned = await scan(context=context, all_versions=True)
+    chosen = select(Selector.from_args(lambda resource: resource.group == 'kopf.dev'), scanned)
+    assert {(str(r), r.preferred) for r in chosen} == {
+        ('kopfexamples.v1.kopf.dev', True), ('clusterthings.v1.kopf.dev', True),
+        ('kopfexamples.v1beta1.kopf.dev', False), ('oldthings.v1beta1.kopf.dev', False)}

@@ -31,9 +31,11 @@ def only_changing(registry, reason=None):
 
 
 @pytest.mark.parametrize('args, expected', [
-    (('kopf.dev', 'v1', 'kopfexamples'), Selector(group='kopf.dev', version='v1', plural='kopfexamples')),
-    (('', 'v1', 'pods'), Selector(group='', version='v1', plural='pods')),
-    (('kopf.dev/v1', 'kopfexamples'), Selector(group='kopf.dev', version='v1', plural='kopfexamples')),
+    (('kopf.dev', 'v1', 'kopfexamples'), Selector(group='kopf.dev', version='v1', name='kopfexamples')),
+    (('', 'v1', 'pods'), Selector(group='', version='v1', name='pods')),
+    (('kopf.dev/v1', 'kopfexamples'), Selector(group='kopf.dev', version='v1', name='kopfexamples')),
+    (('v1', 'ConfigMap'), Selector(group='', version='v1', name='ConfigMap')),
+    (('kopf.dev', 'kopfexamples'), Selector(group='kopf.dev', name='kopfexamples')),
     (('kopfexamples',), Selector(name='kopfexamples')),
     (('KopfExample',), Selector(name='KopfExample')),
     (('kopfexamples.kopf.dev',), Selector(name='kopfexamples', group='kopf.dev')),
@@ -43,6 +45,39 @@ def test_resource_forms(registry, args, expected):
     kopf.on.create(*args, registry=registry)(fn)
 
     assert registry.selectors == (expected,)
+
+
+ALL_RESOURCE_DECORATORS = [
+    kopf.on.create, kopf.on.update, kopf.on.delete, kopf.on.resume, kopf.on.event, kopf.on.daemon, kopf.on.timer,
+    kopf.on.index, kopf.on.validate, kopf.on.mutate,
+]
+
+
+@pytest.mark.parametrize('decorator', ALL_RESOURCE_DECORATORS)
+def test_every_resource_decorator_takes_kopfs_keyword_selectors(registry, decorator):
+    decorator(group='kopf.dev', version='v1', kind='KopfExample', registry=registry, id='by-kind')(fn)
+    decorator(plural='kopfexamples', registry=registry, id='by-plural')(fn)
+    decorator(singular='kopfexample', registry=registry, id='by-singular')(fn)
+    decorator(shortcut='kex', registry=registry, id='by-shortcut')(fn)
+    decorator(category='all', registry=registry, id='by-category')(fn)
+    selectors = registry.admission_selectors if decorator in (kopf.on.validate, kopf.on.mutate) \
+        else registry.selectors
+    assert selectors == (Selector(group='kopf.dev', version='v1', kind='KopfExample'),
+                         Selector(plural='kopfexamples'), Selector(singular='kopfexample'),
+                         Selector(shortcut='kex'), Selector(category='all'))
+
+
+def test_field_handlers_take_keyword_selectors(registry):
+    kopf.on.field(kind='KopfExample', field='spec.x', registry=registry)(fn)
+    assert registry.selectors == (Selector(kind='KopfExample'),)
+
+
+def test_a_callable_selects_resources(registry):
+    def chosen(resource):
+        return resource.plural == 'kopfexamples'
+
+    kopf.on.event(chosen, group='kopf.dev', registry=registry)(fn)
+    assert registry.selectors == (Selector(predicate=chosen, group='kopf.dev'),)
 
 
 def test_decorators_return_the_function_unchanged(registry):

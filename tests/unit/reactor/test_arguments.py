@@ -37,10 +37,19 @@ def arguments():
                      object=ObjectArguments(body=BODY, patch=Patch(), resource=SELECTOR))
 
 
-def test_every_handler_gets_the_operator_parts():
+# The keyword arguments of each handler kind, as the released Kopf passes them (observed, not guessed).
+KOPF_OBJECT_KWARGS = {'annotations', 'body', 'labels', 'logger', 'memo', 'meta', 'name', 'namespace', 'param',
+                      'patch', 'resource', 'retry', 'runtime', 'spec', 'started', 'status', 'uid'}
+KOPF_CHANGING_KWARGS = KOPF_OBJECT_KWARGS | {'diff', 'new', 'old', 'reason'}
+KOPF_WATCHING_KWARGS = KOPF_OBJECT_KWARGS | {'event', 'type'}
+KOPF_ACTIVITY_KWARGS = {'activity', 'logger', 'memo', 'param', 'retry', 'runtime', 'settings', 'started'}
+OURS_ACTIVITY_KWARGS = KOPF_ACTIVITY_KWARGS | {'config'}  # the settings by the name of their class, too
+
+
+def test_every_handler_gets_the_operator_parts_but_not_the_settings():
     config = OperatorConfig()
     kwargs = Arguments(operator=OperatorArguments(logger=logger, memo='m', config=config)).render()
-    assert kwargs == {'logger': logger, 'memo': 'm', 'config': config, 'settings': config, 'param': None}
+    assert kwargs == {'logger': logger, 'memo': 'm', 'param': None}
 
 
 def test_handlers_of_objects_get_the_object_and_the_patch(arguments):
@@ -96,12 +105,53 @@ def test_field_handlers_see_only_their_field(arguments):
     assert kwargs['reason'] == 'update'
 
 
-def test_activity_handlers_get_the_activity():
+def test_activity_handlers_get_the_activity_and_the_settings():
     config = OperatorConfig()
     kwargs = Arguments(operator=OperatorArguments(logger=logger, memo=None, config=config),
                        activity=Activity.STARTUP).render()
     assert kwargs['activity'] == 'startup'
+    assert kwargs['settings'] is config
+    assert kwargs['config'] is config
     assert 'body' not in kwargs
+
+
+async def test_activity_handlers_get_exactly_kopfs_kwargs_and_config(registry, config):
+    from kopf.reactor import activities
+    calls = []
+    kopf.on.startup(registry=registry)(make_handler(calls, 'startup'))
+    await activities.run_activity(registry=registry, activity=Activity.STARTUP, config=config, memo=None,
+                                  logger=logger)
+    (_, kwargs), = calls
+    assert set(kwargs) == OURS_ACTIVITY_KWARGS
+
+
+async def test_changing_handlers_get_exactly_kopfs_kwargs(server, registry):
+    calls = []
+    kopf.on.create(*RESOURCE, registry=registry)(make_handler(calls, 'created'))
+    kopf.on.field(*RESOURCE, field='spec.field', registry=registry)(make_handler(calls, 'field'))
+    await server.run()
+    assert [(name, set(kwargs)) for name, kwargs in calls] == [
+        ('created', KOPF_CHANGING_KWARGS), ('field', KOPF_CHANGING_KWARGS)]
+
+
+async def test_event_handlers_get_exactly_kopfs_kwargs_as_a_first_attempt(server, registry, clock):
+    calls = []
+    kopf.on.event(*RESOURCE, registry=registry)(make_handler(calls, 'event'))
+    await server.cycle(event_type='ADDED')
+    (_, kwargs), = calls
+    assert set(kwargs) == KOPF_WATCHING_KWARGS
+    assert (kwargs['retry'], kwargs['started'], kwargs['runtime']) == (0, T0, datetime.timedelta(0))
+
+
+async def test_a_helper_with_a_config_parameter_gets_the_handlers_kwargs_without_a_collision(server, registry):
+    # Operators pass **kwargs on to their own helpers; a keyword that Kopf never passes would collide.
+    def helper(config, **kwargs):
+        return config
+
+    results = []
+    kopf.on.create(*RESOURCE, registry=registry)(lambda **kwargs: results.append(helper(config='mine', **kwargs)))
+    await server.run()
+    assert results == ['mine']
 
 
 async def test_handlers_of_a_cause_receive_the_standard_kwargs(server, registry, config, raw):
@@ -131,8 +181,7 @@ async def test_handlers_of_a_cause_receive_the_standard_kwargs(server, registry,
     assert kwargs['started'] == T0
     assert kwargs['runtime'] == datetime.timedelta(0)
     assert kwargs['memo'] is server.memo
-    assert kwargs['config'] is config
-    assert kwargs['settings'] is config
+    assert 'config' not in kwargs and 'settings' not in kwargs  # only activity handlers get them, as in Kopf
     assert kwargs['param'] == {'p': 1}
     assert kwargs['resource'] == SELECTOR
 

@@ -135,6 +135,62 @@ async def test_a_cycle_without_changes_writes_nothing(server, registry, clock):
     assert names(calls) == ['h']
 
 
+# Objects that no handler selects are not ours: never written to.
+
+async def test_an_object_that_no_handler_selects_is_never_written_to(server, registry):
+    calls = []
+    kopf.on.update(*RESOURCE, labels={'rp': 'filtered'}, registry=registry)(make_handler(calls, 'upd'))
+    kopf.on.event(*RESOURCE, registry=registry)(make_handler(calls, 'event'))
+    kopf.on.delete(*RESOURCE, optional=True, labels={'rp': 'filtered'}, registry=registry)(make_handler(calls, 'del'))
+
+    await server.cycle(first_seen=True, event_type=None)
+    server.change({'spec': {'field': 'changed'}})
+    await server.cycle()
+    await server.cycle()
+    assert server.patches == []
+    assert names(calls) == ['event', 'event', 'event']
+
+
+async def test_an_object_becomes_a_creation_when_a_handler_starts_to_select_it(server, registry):
+    calls = []
+    kopf.on.create(*RESOURCE, labels={'rp': 'filtered'}, registry=registry)(make_handler(calls, 'created'))
+    kopf.on.update(*RESOURCE, labels={'rp': 'filtered'}, registry=registry)(make_handler(calls, 'updated'))
+    await server.cycle(first_seen=True)
+    assert server.patches == []
+
+    server.change({'metadata': {'labels': {'rp': 'filtered'}}})
+    await server.run()
+    assert names(calls) == ['created']
+    assert LAST_HANDLED in server.annotations
+
+
+@pytest.mark.parametrize('decorate', [
+    pytest.param(lambda registry, fn: kopf.on.field(*RESOURCE, field='spec.field', registry=registry)(fn),
+                 id='field'),
+    pytest.param(lambda registry, fn: kopf.on.update(*RESOURCE, field='spec.absent', registry=registry)(fn),
+                 id='update-of-a-field'),
+    pytest.param(lambda registry, fn: kopf.on.create(*RESOURCE, when=lambda spec, **_: spec['other'] == 1,
+                                                     registry=registry)(fn), id='when'),
+    pytest.param(lambda registry, fn: kopf.on.create(*RESOURCE, field='spec.other', value=1,
+                                                     registry=registry)(fn), id='field-value'),
+])
+async def test_objects_that_a_handler_selects_get_their_diff_base(server, registry, decorate):
+    decorate(registry, make_handler([], 'h'))
+    await server.run()
+    assert LAST_HANDLED in server.annotations  # so that their changes are detected later
+
+
+async def test_a_filter_that_fails_does_not_make_the_object_unselected(server, registry, caplog):
+    def broken(**_):
+        raise RuntimeError("broken filter")
+
+    kopf.on.create(*RESOURCE, when=broken, registry=registry)(make_handler([], 'h'))
+    await server.run()
+    assert LAST_HANDLED in server.annotations
+    failures = [record for record in caplog.records if 'have failed' in record.getMessage()]
+    assert len(failures) == 1  # reported once, by the handler's own selection
+
+
 # The table: cause -> action.
 
 async def test_deleted_objects_are_gone_and_never_patched(server, registry):

@@ -280,7 +280,7 @@ async def test_a_crd_that_appears_is_served_once_discovery_has_caught_up(monkeyp
 
 @pytest.mark.parametrize('resolution, level', [
     (Resolution(resources={S_CMS: CMS}, unresolved=(S_KEX,)), logging.WARNING),  # awaited: it matters
-    (Resolution(resources={S_CMS: CMS}, everything=True), logging.WARNING),
+    (Resolution(resources={S_CMS: CMS}, scanned={Selector(everything=True): ()}), logging.WARNING),
     (Resolution(resources={S_CMS: CMS}), logging.INFO),  # all served: a namespaced Role cannot grant more
 ])
 async def test_without_permission_to_watch_crds_the_resources_stay_as_at_the_start_said_once(

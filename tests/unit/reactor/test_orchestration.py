@@ -58,6 +58,11 @@ def test_a_new_version_of_a_resource_replaces_its_streams():
         start=(Stream(S_KEX, newer, 'ns1'),), stop=(Stream(S_KEX, KEX, 'ns1'),))
 
 
+def test_a_resource_named_by_several_selectors_is_watched_once_under_the_first():
+    by_kind = Selector(name='ConfigMap')
+    assert desired_streams({S_CMS: CMS, by_kind: CMS}, ['ns1']) == {Stream(S_CMS, CMS, 'ns1')}
+
+
 def test_nothing_changed_means_nothing_to_do():
     streams = desired_streams({S_CMS: CMS, S_NODES: NODES}, ['ns1'])
     assert plan(streams, streams) == Plan()

@@ -1,5 +1,6 @@
 """The operator's start: login, resource resolution, probes, tasks (the rest is proven end-to-end)."""
 import asyncio
+import dataclasses
 import socket
 
 import pytest
@@ -170,7 +171,7 @@ async def test_everything_adds_every_other_served_resource_once(monkeypatch):
     async def resolve(*, context, selector):
         return {'kopfexamples': KEX_OLD}[selector.name]
 
-    async def scan(*, context):
+    async def scan(*, context, all_versions=False):
         return [PODS, KEX, CMS]
 
     monkeypatch.setattr(observation.discovery, 'resolve', resolve)
@@ -185,7 +186,7 @@ async def test_everything_adds_every_other_served_resource_once(monkeypatch):
 
 
 async def test_without_everything_nothing_is_scanned(monkeypatch):
-    async def scan(*, context):
+    async def scan(*, context, all_versions=False):
         raise AssertionError("must not scan")
 
     async def resolve(*, context, selector):
@@ -206,6 +207,35 @@ def test_handlers_of_everything_serve_every_watched_resource():
     assert [h.fn for h in registry.get_watching_handlers(by_name)] == [everything_fn, pods_fn]
     assert [h.fn for h in registry.get_watching_handlers(scanned)] == [everything_fn]
     assert [h.fn for h in registry.get_watching_handlers(CMS)] == [everything_fn]
+
+
+async def test_categories_and_callables_add_what_they_select(monkeypatch):
+    apps = Resource('apps', 'v1', 'deployments', 'Deployment', categories=frozenset({'all'}))
+    pods = Resource('', 'v1', 'pods', 'Pod', categories=frozenset({'all'}))
+    scans = []
+
+    async def scan(*, context, all_versions=False):
+        scans.append(all_versions)
+        return [pods, apps, KEX, dataclasses.replace(KEX_OLD, preferred=False), CMS]
+
+    monkeypatch.setattr(observation.discovery, 'scan', scan)
+    by_category, by_callable = Selector(category='all'), Selector(predicate=lambda r: r.group == 'kopf.dev')
+    resolved = (await observation.resolve(None, [by_category, by_callable])).resources
+    assert scans == [True]  # a callable chooses among all versions
+    assert set(resolved.values()) == {pods, apps, KEX, KEX_OLD}
+    assert resolved[Selector(group='kopf.dev', version='v1beta1', plural='kopfexamples')] == KEX_OLD
+
+
+def test_handlers_of_categories_and_callables_serve_the_resources_they_select():
+    registry = OperatorRegistry()
+    kopf.on.event(category='all', registry=registry)(all_fn := lambda **_: None)
+    kopf.on.event(lambda r: r.plural == 'configmaps', registry=registry)(cms_fn := lambda **_: None)
+    kopf.on.event('v1', 'ConfigMap', registry=registry)(kind_fn := lambda **_: None)
+    pods = Resource('', 'v1', 'pods', 'Pod', categories=frozenset({'all'}))
+    assert [h.fn for h in registry.get_watching_handlers(pods)] == [all_fn]
+    assert [h.fn for h in registry.get_watching_handlers(CMS)] == [cms_fn, kind_fn]
+    kopf.on.event(kind='Pod', registry=registry)(pod_fn := lambda **_: None)  # a registration renews the memo
+    assert [h.fn for h in registry.get_watching_handlers(pods)] == [all_fn, pod_fn]
 async def test_peering_arguments_go_into_the_config_before_startup(monkeypatch):
     registry = OperatorRegistry()
     config = OperatorConfig()

@@ -105,37 +105,102 @@ def test_resource_str_is_kubectl_style():
 
 
 # --- Selector ----------------------------------------------------------------------------------
+# The forms of Kopf's documentation (docs/resources.rst there): the name is the rightmost positional
+# argument, and may be a plural, a singular, a kind or a short name; what is left of it is the API.
+
+KEX_NAMES = Resource(group='kopf.dev', version='v1', plural='kopfexamples', kind='KopfExample',
+                     singular='kopfexample', shortcuts=frozenset({'kex'}), categories=frozenset({'all', 'kopf'}))
+CONFIGMAPS = Resource(group='', version='v1', plural='configmaps', kind='ConfigMap', singular='configmap',
+                      shortcuts=frozenset({'cm'}))
+CORE_EVENTS = Resource(group='', version='v1', plural='events', kind='Event', singular='event',
+                       shortcuts=frozenset({'ev'}))
+NEW_EVENTS = Resource(group='events.k8s.io', version='v1', plural='events', kind='Event', singular='event',
+                      shortcuts=frozenset({'ev'}))
+
 
 @pytest.mark.parametrize('args, expected', [
-    (('kopf.dev', 'v1', 'kopfexamples'), Selector(group='kopf.dev', version='v1', plural='kopfexamples')),
-    (('', 'v1', 'pods'), Selector(group='', version='v1', plural='pods')),
-    (('kopf.dev/v1', 'kopfexamples'), Selector(group='kopf.dev', version='v1', plural='kopfexamples')),
-    (('v1', 'pods'), Selector(group='', version='v1', plural='pods')),
+    (('kopf.dev', 'v1', 'kopfexamples'), Selector(group='kopf.dev', version='v1', name='kopfexamples')),
+    (('', 'v1', 'pods'), Selector(group='', version='v1', name='pods')),
+    (('', 'v1', 'configmap'), Selector(group='', version='v1', name='configmap')),
+    (('kopf.dev/v1', 'kopfexamples'), Selector(group='kopf.dev', version='v1', name='kopfexamples')),
+    (('apps/v1', 'Deployment'), Selector(group='apps', version='v1', name='Deployment')),
+    (('v1', 'pods'), Selector(group='', version='v1', name='pods')),
+    (('v1', 'ConfigMap'), Selector(group='', version='v1', name='ConfigMap')),
+    (('v1', 'cm'), Selector(group='', version='v1', name='cm')),
+    (('kopf.dev', 'kopfexamples'), Selector(group='kopf.dev', name='kopfexamples')),  # a group, its preferred version
+    (('apps', 'deployments'), Selector(group='apps', name='deployments')),
     (('kopfexamples',), Selector(name='kopfexamples')),
     (('KopfExample',), Selector(name='KopfExample')),
     (('pods',), Selector(name='pods')),
-    (('configmaps',), Selector(name='configmaps')),
     (('kopfexamples.kopf.dev',), Selector(name='kopfexamples', group='kopf.dev')),
     (('deployments.apps',), Selector(name='deployments', group='apps')),
     (('deployments.v1.apps',), Selector(name='deployments', version='v1', group='apps')),
+    (('pods.v1',), Selector(name='pods', version='v1', group='')),
     (('ingresses.v1.networking.k8s.io',), Selector(name='ingresses', version='v1', group='networking.k8s.io')),
     (('ingresses.networking.k8s.io',), Selector(name='ingresses', group='networking.k8s.io')),
+    (('kopfexamples', None, None), Selector(name='kopfexamples')),  # Kopf's unset positional parameters
+    ((EVERYTHING,), Selector(everything=True)),
+    (('kopf.dev', 'v1', EVERYTHING), Selector(group='kopf.dev', version='v1', everything=True)),
+    (('kopf.dev/v1', EVERYTHING), Selector(group='kopf.dev', version='v1', everything=True)),
+    (('kopf.dev', EVERYTHING), Selector(group='kopf.dev', everything=True)),
 ])
-def test_selector_from_args(args, expected):
+def test_selector_from_positional_args(args, expected):
     assert Selector.from_args(*args) == expected
 
 
-@pytest.mark.parametrize('args', [(), ('a', 'b', 'c', 'd'), ('',), ('kopf.dev/v1/x',), ('kopf.dev', 'kopfexamples')])
-def test_selector_rejects_malformed_args(args):
+@pytest.mark.parametrize('names, expected', [
+    ({'kind': 'KopfExample'}, Selector(kind='KopfExample')),
+    ({'plural': 'kopfexamples'}, Selector(plural='kopfexamples')),
+    ({'singular': 'kopfexample'}, Selector(singular='kopfexample')),
+    ({'shortcut': 'kex'}, Selector(shortcut='kex')),
+    ({'category': 'all'}, Selector(category='all')),
+    ({'group': 'kopf.dev', 'plural': 'kopfexamples'}, Selector(group='kopf.dev', plural='kopfexamples')),
+    ({'group': 'kopf.dev', 'version': 'v1', 'plural': 'kopfexamples', 'kind': None},
+     Selector(group='kopf.dev', version='v1', plural='kopfexamples')),
+])
+def test_selector_from_keywords(names, expected):
+    assert Selector.from_args(**names) == expected
+
+
+def test_selector_from_a_callable_and_keywords():
+    def chosen(resource):
+        return resource.plural == 'kopfexamples'
+
+    assert Selector.from_args(chosen) == Selector(predicate=chosen)
+    assert Selector.from_args(chosen, group='kopf.dev') == Selector(predicate=chosen, group='kopf.dev')
+    assert Selector.from_args(chosen, category='all') == Selector(predicate=chosen, category='all')
+
+
+@pytest.mark.parametrize('args, names', [
+    ((), {}),
+    (('a', 'b', 'c', 'd'), {}),
+    (('',), {}),
+    (('kopf.dev/v1/x',), {}),
+    (('kopf.dev/v1/x', 'kopfexamples'), {}),
+    (('/v1', 'kopfexamples'), {}),
+    (('', 'kopfexamples'), {}),  # an empty group needs a version
+    (('kopf.dev', 'v1', ''), {}),
+    ((None, 'kopfexamples'), {}),
+    (('kopfexamples',), {'kind': 'KopfExample'}),  # named twice
+    (('kopf.dev', 'kopfexamples'), {'group': 'other.dev'}),  # a group twice, differently
+    (('kopfexamples',), {'category': 'all'}),
+    ((EVERYTHING,), {'plural': 'pods'}),
+    ((lambda r: True, 'pods'), {}),
+    ((lambda r: True,), {'kind': 'Pod'}),
+    ((), {'plural': ''}),
+    ((), {'group': 'kopf.dev'}),  # a group is not a resource
+    ((), {'unknown': 'x'}),
+])
+def test_selector_rejects_malformed_args(args, names):
     with pytest.raises((TypeError, ValueError)):
-        Selector.from_args(*args)
+        Selector.from_args(*args, **names)
 
 
-def test_selector_needs_exactly_one_of_plural_and_name():
+def test_selector_needs_something_to_select():
     with pytest.raises(TypeError):
         Selector(group='kopf.dev')
-    with pytest.raises(TypeError):
-        Selector(plural='a', name='a')
+    with pytest.raises(TypeError, match='EVERYTHING'):
+        Selector(everything=True, plural='pods')
 
 
 def test_selector_is_frozen():
@@ -146,9 +211,12 @@ def test_selector_is_frozen():
 @pytest.mark.parametrize('selector, text', [
     (Selector(name='kopfexamples'), 'kopfexamples'),
     (Selector(name='kopfexamples', group='kopf.dev'), 'kopfexamples.kopf.dev'),
-    (Selector(plural='kopfexamples', group='kopf.dev', version='v1'), 'kopfexamples.v1.kopf.dev'),
-    (Selector(plural='pods', group='', version='v1'), 'pods.v1'),
+    (Selector(name='kopfexamples', group='kopf.dev', version='v1'), 'kopfexamples.v1.kopf.dev'),
+    (Selector(name='pods', group='', version='v1'), 'pods.v1'),
     (Selector(name='pods', group=''), 'pods (core)'),
+    (Selector(kind='KopfExample', group='kopf.dev'), 'kind=KopfExample.kopf.dev'),
+    (Selector(category='all'), "the category 'all'"),
+    (Selector(everything=True), 'everything'),
 ])
 def test_selector_str_for_messages(selector, text):
     assert str(selector) == text
@@ -156,20 +224,41 @@ def test_selector_str_for_messages(selector, text):
 
 @pytest.mark.parametrize('selector, rank', [
     (Selector(name='kopfexamples'), 0),
+    (Selector(name='KopfExamples'), 0),  # any case
     (Selector(name='kopfexample'), 1),  # singular
+    (Selector(name='KOPFEXAMPLE'), 1),
     (Selector(name='KopfExample'), 1),  # the singular, case-insensitively (also the kind)
-    (Selector(name='kopfexample'.upper()), 1),  # names are case-insensitive, like kubectl's
     (Selector(name='kex'), 3),  # short name
+    (Selector(name='KEX'), 3),
     (Selector(name='kopfexamples', group='kopf.dev'), 0),
+    (Selector(name='kopfexamples', group='kopf.dev', version='v1'), 0),
     (Selector(plural='kopfexamples', group='kopf.dev', version='v1'), 0),
+    (Selector(kind='KopfExample'), 0),
+    (Selector(singular='kopfexample'), 0),
+    (Selector(shortcut='kex'), 0),
+    (Selector(category='kopf'), 0),
+    (Selector(everything=True), 0),
+    (Selector(predicate=lambda resource: resource.kind == 'KopfExample'), 0),
     (Selector(name='pods'), None),
     (Selector(name='kopfexamples', group='other.dev'), None),
     (Selector(name='kopfexamples', version='v2'), None),
     (Selector(name='kopfexamples', group=''), None),
-    (Selector(plural='KopfExample', group='kopf.dev', version='v1'), None),  # plurals are exact
+    (Selector(plural='KopfExample', group='kopf.dev', version='v1'), None),  # keywords are exact
+    (Selector(kind='kopfexample'), None),
+    (Selector(shortcut='KEX'), None),
+    (Selector(category='apps'), None),
+    (Selector(predicate=lambda resource: False), None),
+    (Selector(predicate=lambda resource: True, group='apps'), None),
 ])
 def test_selector_match_rank(selector, rank):
-    assert selector.match_rank(KOPF_EXAMPLES, singular='kopfexample', short_names=['kex']) == rank
+    assert selector.match_rank(KEX_NAMES) == rank
+
+
+@pytest.mark.parametrize('name, rank', [('configmaps', 0), ('configmap', 1), ('ConfigMap', 1), ('cm', 3), ('CM', 3)])
+def test_selector_matches_every_name_of_a_builtin_resource(name, rank):
+    assert Selector.from_args('v1', name).match_rank(CONFIGMAPS) == rank
+    assert Selector.from_args('', 'v1', name).match_rank(CONFIGMAPS) == rank
+    assert Selector.from_args(name).match_rank(CONFIGMAPS) == rank
 
 
 def test_selector_matches_the_kind_when_there_is_no_singular():
@@ -178,7 +267,15 @@ def test_selector_matches_the_kind_when_there_is_no_singular():
     assert Selector(name='Pod').match_rank(KOPF_EXAMPLES) is None
 
 
-# --- kopf.EVERYTHING ----------------------------------------------------------------------------
+def test_selectors_of_one_resource_are_specific_the_others_are_not():
+    assert Selector(name='pods').is_specific
+    assert Selector(kind='Pod', group='').is_specific
+    assert not Selector(everything=True).is_specific
+    assert not Selector(category='all').is_specific
+    assert not Selector(predicate=lambda resource: True).is_specific
+
+
+# --- kopf.EVERYTHING and the other selectors of many resources -----------------------------------
 
 def test_everything_is_a_selector_of_its_own():
     selector = Selector.from_args(EVERYTHING)
@@ -187,13 +284,20 @@ def test_everything_is_a_selector_of_its_own():
     assert repr(EVERYTHING) == 'kopf.EVERYTHING'
 
 
-@pytest.mark.parametrize('resource', [CORE_PODS, KOPF_EXAMPLES, NAMESPACES, CRDS])
+@pytest.mark.parametrize('resource', [CORE_PODS, KOPF_EXAMPLES, NAMESPACES, CRDS, NEW_EVENTS])
 def test_everything_matches_every_resource(resource):
     assert Selector(everything=True).match_rank(resource) == 0
 
 
+def test_core_events_are_left_out_of_everything_and_callables_but_not_when_named():
+    assert not Selector(everything=True).check(CORE_EVENTS)
+    assert not Selector(predicate=lambda resource: True).check(CORE_EVENTS)
+    assert Selector.from_args('v1', 'events').check(CORE_EVENTS)
+    assert Selector.from_args('events').check(CORE_EVENTS)
+
+
 def test_everything_cannot_be_combined_with_names():
     with pytest.raises(TypeError, match='EVERYTHING'):
-        Selector.from_args('kopf.dev', EVERYTHING)
-    with pytest.raises(TypeError, match='exactly one'):
         Selector(everything=True, plural='pods')
+    with pytest.raises(TypeError):
+        Selector.from_args('kopf.dev', 'v1', 'kopfexamples', EVERYTHING)
