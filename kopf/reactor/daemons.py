@@ -7,7 +7,8 @@ Where they live
 Daemon tasks outlive a handling cycle and an object's worker (a worker ends
 when its object is idle), so neither can own them. One :class:`Daemons`
 keeper per watched resource owns them instead: :mod:`~kopf.reactor.running`
-creates it with the resource's watch and closes it at the operator's exit
+creates it with the resource's watch and closes it at the operator's exit, or
+when the watch stops because its namespace or its CRD is gone
 (:meth:`Daemons.close`), which stops every daemon and timer it has started.
 
 The keeper is a stage of the handling cycle
@@ -261,17 +262,28 @@ class Daemons:
         self._forget_if_idle(obj)
         return None
 
-    async def close(self, *, timeout: float) -> None:
-        """At the operator's exit: stop all daemons and timers, within ``timeout`` seconds for all of them."""
+    async def close(
+            self,
+            *,
+            timeout: float,
+            reason: DaemonStoppingReason = DaemonStoppingReason.OPERATOR_EXITING,
+    ) -> None:
+        """
+        Stop all daemons and timers, within ``timeout`` seconds for all of them; start none any more.
+
+        At the operator's exit (``OPERATOR_EXITING``), or when the watch of
+        the resource stops because its namespace or its CRD is gone
+        (``RESOURCE_DELETED``).
+        """
         self._closed = True
         if self._patrol is not None:
             self._patrol.cancel()
             await asyncio.gather(self._patrol, return_exceptions=True)
         for obj in list(self._objects.values()):
-            self._stop(obj, DaemonStoppingReason.OPERATOR_EXITING)
+            self._stop(obj, reason)
         runners = [runner for runner in self._runners if runner.running]
         for runner in runners:  # also those of forgotten objects, already stopping
-            runner.stopper.set(DaemonStoppingReason.OPERATOR_EXITING)
+            runner.stopper.set(reason)
         # The abandoned ones were given up already (and reported): they are not waited for again.
         tasks = [runner.task for runner in runners if runner.task is not None and not runner.abandoned]
         if tasks:
@@ -283,8 +295,9 @@ class Daemons:
             if runner.abandoned:
                 runner.obj.logger.debug("%s was abandoned earlier; at the exit, %s.", runner.handler, kind)
             else:
-                runner.obj.logger.warning("%s did not stop within the operator's exit timeout of %ss; %s.",
-                                          runner.handler, timeout, kind)
+                runner.obj.logger.warning("%s did not stop within the %s of %ss; %s.", runner.handler,
+                                          "operator's exit timeout" if reason == DaemonStoppingReason.OPERATOR_EXITING
+                                          else "timeout of stopping the watch", timeout, kind)
             assert runner.task is not None
             runner.task.cancel()
         if late:

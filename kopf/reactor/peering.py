@@ -65,6 +65,7 @@ from kopf.reactor import freezing, ownership
 from kopf.reactor.fencing import Gate, everything, nothing
 from kopf.reactor.ownership import Ring, ShardPermit
 from kopf.reactor.progression import SYSTEM_CLOCK, Clock
+from kopf.structs.namespaces import is_exact
 
 logger = logging.getLogger('kopf.reactor.peering')
 
@@ -172,11 +173,18 @@ def lease_namespace(
         clusterwide: bool,
         default_namespace: str | None,
 ) -> str:
-    """Where the Leases are: as given, else the one served namespace, else the credentials' one, else default."""
+    """
+    Where the Leases are: as given, else the one served namespace, else the credentials' one, else default.
+
+    A namespace pattern (``-n 'myapp-*'``) names no namespace of its own: the
+    credentials' namespace (in a pod, the operator's own) is taken then.
+    """
     if explicit is not None:
         return explicit
     if len(namespaces) == 1 and not clusterwide:
-        return next(iter(namespaces))
+        namespace = next(iter(namespaces))
+        if is_exact(namespace):
+            return namespace
     return default_namespace or 'default'
 
 

@@ -33,7 +33,7 @@ import hashlib
 import logging
 import re
 import urllib.parse
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol
 
 from kopf.clients import webhooks as configurations
@@ -115,14 +115,17 @@ async def admission_webhooks(
         stop: asyncio.Event,
         indexes: Mapping[str, Any] | None = None,
         replicas: Replicas | None = None,
+        served: Callable[[str], bool] | None = None,
 ) -> AsyncIterator[None]:
     """
     Serve the admission webhooks (if there are admission handlers) while the block runs.
 
     ``namespaces`` limits the webhooks to those namespaces (``None``: the
-    whole cluster). A server that fails or exits sets ``stop`` and makes the
-    block raise :class:`AdmissionSetupError` at its end. With ``replicas``,
-    only the steward keeps the managed configurations (see the module's docs).
+    whole cluster); ``served``, if given, tells the served namespaces apart
+    where the configuration cannot (namespace patterns). A server that fails
+    or exits sets ``stop`` and makes the block raise
+    :class:`AdmissionSetupError` at its end. With ``replicas``, only the
+    steward keeps the managed configurations (see the module's docs).
     """
     server = config.admission.server
     if not registry.has_admission_handlers():
@@ -135,7 +138,7 @@ async def admission_webhooks(
     check_settings(server=server, managed=managed)
     assert server is not None
     fn = functools.partial(admission.serve_admission_request, registry=registry, resources=resources,
-                           config=config, memo=memo, indexes=indexes)
+                           config=config, memo=memo, indexes=indexes, served=served)
     layout = functools.partial(build_webhooks, registry, resources, managed=managed or '', namespaces=namespaces)
     endpoints: asyncio.Queue[WebhookClientConfig] = asyncio.Queue()
     token = webhooks.api_server_var.set(context.server)

@@ -39,6 +39,20 @@ def test_namespaces_and_all_namespaces_exclude_each_other(invoke, tmp_path):
     assert 'not both' in result.output
 
 
+def test_a_malformed_namespace_pattern_is_refused_naming_it_before_the_code_is_loaded(invoke, tmp_path):
+    path = tmp_path / 'op.py'
+    path.write_text('raise SystemExit("must not be loaded")')
+    result = invoke('run', str(path), '-n', 'ns', '-n', 'MyApp-*')
+    assert result.exit_code == 2
+    assert "Invalid namespace pattern 'MyApp-*'" in result.output
+    assert 'must not be loaded' not in result.output
+
+
+def test_the_namespace_option_explains_the_patterns(invoke):
+    result = invoke('run', '--help')
+    assert "'myapp-*,!*-pr-*'" in result.output
+
+
 def test_unknown_log_format_is_rejected(invoke, tmp_path):
     result = invoke('run', str(tmp_path / 'op.py'), '--log-format', 'fancy')
     assert result.exit_code == 2

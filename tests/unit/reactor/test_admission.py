@@ -389,3 +389,14 @@ async def test_admission_handlers_with_field_filters(registry):
     assert sorted(h.id for _, h in registry.iter_admission_handlers()) == [
         'm/spec.numbers', 'test_admission_handlers_with_field_filters.<locals>.<lambda>/spec.missing',
         'test_admission_handlers_with_field_filters.<locals>.<lambda>/spec.numbers']
+
+
+async def test_with_namespace_patterns_objects_of_namespaces_not_served_are_admitted_untouched(registry):
+    @kopf.on.validate('kopfexamples', registry=registry)
+    def refuse(**_):
+        raise kopf.AdmissionError("refused")
+
+    elsewhere = await serve(registry, review(), served=lambda namespace: namespace == 'ns2')
+    assert elsewhere['response'] == {'uid': 'review-uid', 'allowed': True}
+    served = await serve(registry, review(), served=lambda namespace: namespace == 'ns1')
+    assert served['response']['allowed'] is False
