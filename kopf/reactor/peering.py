@@ -65,7 +65,7 @@ from kopf.reactor import freezing, ownership
 from kopf.reactor.fencing import Gate, everything, nothing
 from kopf.reactor.ownership import Ring, ShardPermit
 from kopf.reactor.progression import SYSTEM_CLOCK, Clock
-from kopf.structs.namespaces import is_exact
+from kopf.structs.namespaces import NamespaceSpec, is_exact
 
 logger = logging.getLogger('kopf.reactor.peering')
 
@@ -142,7 +142,7 @@ def default_identity() -> str:
 def resolve(
         config: PeeringConfig,
         *,
-        namespaces: Collection[str],
+        namespaces: Collection[NamespaceSpec],
         clusterwide: bool,
         default_namespace: str | None,
 ) -> PeeringSettings:
@@ -169,7 +169,7 @@ def resolve(
 def lease_namespace(
         explicit: str | None,
         *,
-        namespaces: Collection[str],
+        namespaces: Collection[NamespaceSpec],
         clusterwide: bool,
         default_namespace: str | None,
 ) -> str:
@@ -183,7 +183,7 @@ def lease_namespace(
         return explicit
     if len(namespaces) == 1 and not clusterwide:
         namespace = next(iter(namespaces))
-        if is_exact(namespace):
+        if isinstance(namespace, str) and is_exact(namespace):
             return namespace
     return default_namespace or 'default'
 
@@ -922,7 +922,7 @@ async def peering(
         *,
         context: APIContext,
         config: PeeringConfig,
-        namespaces: Collection[str],
+        namespaces: Collection[NamespaceSpec],
         clusterwide: bool,
         stop: asyncio.Event,
         view: ReplicaView | None = None,

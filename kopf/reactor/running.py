@@ -49,7 +49,7 @@ from kopf.storage import cluster
 from kopf.storage.errors import StorageError
 from kopf.structs.credentials import AiohttpSession, ConnectionInfo
 from kopf.structs.ephemera import Memo
-from kopf.structs.namespaces import NamespacePatternError, NamespaceScope
+from kopf.structs.namespaces import NamespacePatternError, NamespaceScope, NamespaceSpec
 from kopf.structs.resources import Resource, Selector
 
 logger = logging.getLogger('kopf.reactor.running')
@@ -87,8 +87,8 @@ async def operator(
         config: OperatorConfig | None = None,
         settings: OperatorConfig | None = None,
         memo: Any = None,
-        namespaces: Collection[str] = (),
-        namespace: str | None = None,
+        namespaces: Collection[NamespaceSpec] = (),
+        namespace: NamespaceSpec | None = None,
         clusterwide: bool = False,
         standalone: bool = False,
         ha: bool = False,
@@ -117,8 +117,8 @@ async def spawn_tasks(
         config: OperatorConfig | None = None,
         settings: OperatorConfig | None = None,
         memo: Any = None,
-        namespaces: Collection[str] = (),
-        namespace: str | None = None,
+        namespaces: Collection[NamespaceSpec] = (),
+        namespace: NamespaceSpec | None = None,
         clusterwide: bool = False,
         standalone: bool = False,
         ha: bool = False,
@@ -225,7 +225,7 @@ async def _serve(
         registry: OperatorRegistry,
         config: OperatorConfig,
         memo: Any,
-        namespaces: tuple[str, ...],
+        namespaces: tuple[NamespaceSpec, ...],
         scope: NamespaceScope | None,
         liveness_endpoint: str | None,
         stop_flag: StopFlag | None,

@@ -13,6 +13,10 @@ or ``namespaces=[...]``) serve the union of what each of them matches.
 A pattern without wildcards, commas or negations is an exact name: it is
 served as it is, whether the operator may list namespaces or not. The
 others need the namespaces listed and watched to be expanded.
+
+Embedding applications may also give compiled regular expressions
+(``kopf.run(namespaces=[re.compile('myapp-.*')])``, as Kopf accepts them):
+a namespace matches if the whole name matches the expression.
 """
 from __future__ import annotations
 
@@ -20,6 +24,9 @@ import dataclasses
 import fnmatch
 import re
 from collections.abc import Iterable
+
+# What users give: a pattern's text, or a compiled regular expression.
+NamespaceSpec = str | re.Pattern[str]
 
 # Namespaces are DNS labels: lowercase letters, digits and '-', at most 63 characters.
 _NAME_RE = re.compile(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')
@@ -49,10 +56,13 @@ class NamespacePattern:
 
     text: str
     globs: tuple[_Glob, ...]
+    regex: re.Pattern[str] | None = None
 
     @classmethod
-    def parse(cls, text: str) -> NamespacePattern:
+    def parse(cls, text: NamespaceSpec) -> NamespacePattern:
         """Parse one pattern; raise :class:`NamespacePatternError` naming it if it is malformed."""
+        if isinstance(text, re.Pattern):
+            return cls(text=text.pattern, globs=(), regex=text)
         if not isinstance(text, str):
             raise NamespacePatternError(f"A namespace must be given as a string, got {type(text).__name__}: "
                                         f"{text!r}.")
@@ -79,12 +89,15 @@ class NamespacePattern:
     @property
     def exact(self) -> str | None:
         """The namespace's name if the pattern is a plain name (served as is); else ``None``."""
-        if len(self.globs) == 1 and not self.globs[0].negated and not _has_wildcards(self.globs[0].glob):
+        if self.regex is None and len(self.globs) == 1 and not self.globs[0].negated and \
+                not _has_wildcards(self.globs[0].glob):
             return self.globs[0].glob
         return None
 
     def matches(self, name: str) -> bool:
         """Whether the namespace is served by this pattern: the first glob decides, then the rightmost match."""
+        if self.regex is not None:
+            return self.regex.fullmatch(name) is not None
         first, *rest = self.globs
         if first.negated:
             matched = not first.matches(name)  # as if '*' came first: all but these, unless brought back
@@ -108,7 +121,7 @@ class NamespaceScope:
     patterns: tuple[NamespacePattern, ...]
 
     @classmethod
-    def parse(cls, texts: Iterable[str]) -> NamespaceScope:
+    def parse(cls, texts: Iterable[NamespaceSpec]) -> NamespaceScope:
         """Parse every pattern (duplicates once); raise :class:`NamespacePatternError` for a malformed one."""
         return cls(patterns=tuple(NamespacePattern.parse(text) for text in dict.fromkeys(texts)))
 
@@ -133,9 +146,9 @@ class NamespaceScope:
         return ' '.join(repr(pattern.text) for pattern in self.patterns)
 
 
-def is_exact(text: str) -> bool:
-    """Whether a ``-n`` value names one namespace exactly (no wildcards, commas, or negations)."""
-    return not any(char in text for char in ',!*?')
+def is_exact(text: NamespaceSpec) -> bool:
+    """Whether a ``-n`` value names one namespace exactly (no wildcards, commas, negations, or a regex)."""
+    return isinstance(text, str) and not any(char in text for char in ',!*?')
 
 
 def _has_wildcards(glob: str) -> bool:

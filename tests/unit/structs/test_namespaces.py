@@ -1,4 +1,6 @@
 """Namespace patterns: globs, negations, commas, the decisive first glob, exact names, and malformed patterns."""
+import re
+
 import pytest
 
 from kopf.structs.namespaces import NamespacePattern, NamespacePatternError, NamespaceScope, is_exact
@@ -106,3 +108,11 @@ def test_a_glob_may_be_longer_than_a_name_and_start_with_a_wildcard():
 def test_a_non_string_namespace_is_refused_clearly():
     with pytest.raises(NamespacePatternError, match='must be given as a string, got int'):
         NamespaceScope.parse([123])  # type: ignore[list-item]
+
+
+def test_a_compiled_regex_matches_whole_names_as_kopf_accepts_them_in_the_python_api():
+    scope = NamespaceScope.parse([re.compile(r'myapp-(live|stage)'), 'other'])
+    assert scope.select(['myapp-live', 'myapp-stage', 'myapp-live-2', 'xmyapp-live', 'other']) == {
+        'myapp-live', 'myapp-stage', 'other'}
+    assert scope.exact_names == {'other'}  # a regex needs the namespaces listed, as a glob does
+    assert not is_exact(re.compile('other'))
