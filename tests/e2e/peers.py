@@ -95,7 +95,7 @@ def _fits(root: Path, version: str) -> bool:
         return True
     code = f'import sys; print(sys.version_info[:2] <= {limit!r})'
     check = subprocess.run([str(root / 'bin' / 'python'), '-c', code],
-                           capture_output=True, text=True, env=_clean_env(), timeout=60, cwd=root)
+                           capture_output=True, text=True, env=clean_env(), timeout=60, cwd=root)
     return check.stdout.strip() == 'True'
 
 
@@ -103,18 +103,18 @@ def _works(root: Path) -> bool:
     python = root / 'bin' / 'python'
     if not python.exists():
         return False
-    check = subprocess.run([str(python), '-c', 'import kopf'], capture_output=True, env=_clean_env(), timeout=60,
+    check = subprocess.run([str(python), '-c', 'import kopf'], capture_output=True, env=clean_env(), timeout=60,
                            cwd=root)  # not from a directory where another kopf could be imported
     return check.returncode == 0
 
 
 def _run(argv: list[str], *, what: str) -> None:
-    result = subprocess.run(argv, capture_output=True, text=True, env=_clean_env(), timeout=600, cwd=CACHE)
+    result = subprocess.run(argv, capture_output=True, text=True, env=clean_env(), timeout=600, cwd=CACHE)
     if result.returncode != 0:
         raise RuntimeError(f"Failed {what}: {' '.join(argv)}\n{result.stdout}\n{result.stderr}")
 
 
-def _clean_env() -> dict[str, str]:
+def clean_env() -> dict[str, str]:
     """Our own kopf must never shadow the released one."""
     return {k: v for k, v in os.environ.items() if k not in ('PYTHONPATH', 'VIRTUAL_ENV', 'PYTHONHOME')}
 

@@ -15,8 +15,12 @@ from __future__ import annotations
 
 import collections
 import json
+import os
+import re
 import shutil
 import socket
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -318,3 +322,23 @@ def test_a_finished_subhandler_is_persisted_while_a_sibling_runs(
     for side in both:
         calls = collections.Counter(call['handler'] for call in side.records())
         assert calls == {'quick': 1, 'slow': 2}, side  # the finished one is never run again
+
+
+# The command line: every option of Kopf's commands is an option of ours.
+
+def _options(argv: list[str], env: dict[str, str] | None = None) -> set[str]:
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 0, result.stderr
+    return set(re.findall(r'(?<![\w-])(-[a-zA-Z]|--[a-z][-a-z]*)', result.stdout))
+
+
+@pytest.mark.parametrize('command', ['run', 'freeze', 'resume'])
+def test_every_option_of_kopfs_commands_is_taken(command: str) -> None:
+    kopf = str(peers.ensure(KOPF))
+    theirs = _options([kopf, command, '--help'], env=peers.clean_env())
+    ours = _options([sys.executable, '-m', 'kopf', command, '--help'],
+                    env={**os.environ, 'PYTHONPATH': str(REPO)})
+    assert {'-v', '--verbose', '-n', '--namespace'} <= theirs  # the parsing of the help text works
+    assert theirs - ours == set()
+    assert _options([kopf, '--help'], env=peers.clean_env()) <= _options(
+        [sys.executable, '-m', 'kopf', '--help'], env={**os.environ, 'PYTHONPATH': str(REPO)})
