@@ -35,10 +35,11 @@ from kopf.clients.auth import APIContext, LoginError
 from kopf.clients.errors import APIConnectionError, APIError, describe_api_failure
 from kopf.config import OperatorConfig
 from kopf.engines import allocation, logsetup
-from kopf.errors import ActivityError
+from kopf.errors import ActivityError, DuplicateHandlerError, HandlerSignatureError
 from kopf.reactor import exiting, freezing, peering, running
 from kopf.reactor.registries import OperatorRegistry, get_default_registry
 from kopf.storage.errors import StorageError
+from kopf.structs.namespaces import NamespacePatternError, NamespaceScope
 from kopf.tools import commands
 from kopf.tools.session import ToolError
 from kopf.tools.specs import SpecError
@@ -103,6 +104,8 @@ def _import(action: Callable[[], object], what: str) -> None:
         action()
     except FileNotFoundError as e:
         raise OperatorImportError(f"The operator file {what!r} does not exist: {e}") from e
+    except (HandlerSignatureError, DuplicateHandlerError) as e:  # declared wrongly: the message says where and why
+        raise OperatorImportError(f"The operator code {what!r} declares a handler wrongly: {e}") from e
     except Exception as e:
         details = ''.join(traceback.format_exception(e))
         raise OperatorImportError(f"The operator code {what!r} failed to import:\n{details}") from e
@@ -126,10 +129,21 @@ def console() -> None:
     main()
 
 
+def _namespace_patterns(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    """Refuse a malformed namespace pattern before anything starts, naming it."""
+    try:
+        NamespaceScope.parse(values)
+    except NamespacePatternError as e:
+        raise click.BadParameter(str(e), ctx=ctx, param=param) from None
+    return values
+
+
 @main.command()
 @click.argument('paths', nargs=-1, type=click.Path(dir_okay=False))
 @click.option('-m', '--module', 'modules', multiple=True, help="An operator module to import (repeatable).")
-@click.option('-n', '--namespace', 'namespaces', multiple=True, help="A namespace to serve (repeatable).")
+@click.option('-n', '--namespace', 'namespaces', multiple=True, callback=_namespace_patterns,
+              help="A namespace to serve, or a pattern of namespaces: comma-separated globs (* and ?), "
+                   "each negated with a leading !, e.g. 'myapp-*,!*-pr-*' (repeatable; see docs/scopes.rst).")
 @click.option('-A', '--all-namespaces', 'clusterwide', is_flag=True, help="Serve all namespaces.")
 @click.option('--standalone', is_flag=True, help="Do not coordinate with other operator instances (the default).")
 @click.option('--dev', is_flag=True, help="Development mode: --priority 666 with --peering/--ha; else standalone.")

@@ -67,6 +67,10 @@ class DuplicateHandlerError(RuntimeError):
     """Two handlers that can run for the same object and cause share one id."""
 
 
+class HandlerSignatureError(TypeError):
+    """A handler's function cannot be called with the keyword arguments that every handler gets."""
+
+
 class ActivityError(Exception):
     """
     Some activity handlers (startup, cleanup, login) failed permanently.

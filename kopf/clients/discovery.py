@@ -22,7 +22,9 @@ Without an explicit version, only each group's preferred version is searched
 does not serve the resource at all.
 
 Results are cached per API context. A miss refreshes the cache once, so that a
-CRD installed after the operator's start is still found.
+CRD installed after the operator's start is still found; :func:`refresh`
+forgets everything, for when the cluster says that its resources have changed
+(a CRD created or deleted).
 """
 from __future__ import annotations
 
@@ -80,6 +82,32 @@ class _Cache:
 
 
 _caches: weakref.WeakKeyDictionary[APIContext, _Cache] = weakref.WeakKeyDictionary()
+
+
+def refresh(*, context: APIContext) -> None:
+    """Forget what the cluster served: the next resolution asks it again (after a CRD has changed)."""
+    cache = _caches.get(context)
+    if cache is not None:
+        cache.clear()
+
+
+async def serves(*, context: APIContext, group: str, plural: str) -> bool:
+    """
+    Whether the cluster's discovery lists this resource in any version of its group now.
+
+    Discovery catches up with a CRD's creation or deletion a moment after the
+    CRD itself says so; this tells whether it has.
+    """
+    cache = _caches.setdefault(context, _Cache())
+    groups = [_GroupInfo(name='', versions=('v1',))] if not group else [
+        info for info in await _groups(context=context, cache=cache) if info.name == group]
+    for info in groups:
+        for version in info.versions:
+            entries = await _resource_list(context=context, group=info.name, version=version, cache=cache,
+                                           tolerant=True)
+            if any(str(entry.get('name', '')) == plural for entry in entries or []):
+                return True
+    return False
 
 
 async def resolve(*, context: APIContext, selector: Selector) -> Resource:

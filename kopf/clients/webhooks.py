@@ -38,29 +38,43 @@ def object_path(type: WebhookType, name: str) -> str:
     return f'{collection_path(type)}/{name}'
 
 
+async def read_configuration(*, context: APIContext, type: WebhookType, name: str) -> Mapping[str, Any] | None:
+    """The configuration as the server has it, or ``None`` if there is none."""
+    try:
+        obj = await context.request('GET', object_path(type, name))
+    except APINotFoundError:
+        return None
+    return obj if isinstance(obj, Mapping) else None
+
+
 async def apply_configuration(
         *,
         context: APIContext,
         type: WebhookType,
         name: str,
         webhooks: Sequence[Mapping[str, Any]],
+        annotations: Mapping[str, str] | None = None,
 ) -> None:
     """
     Make the configuration hold exactly these webhooks: create, replace, or delete it.
 
     An empty list deletes the object (if it exists), so that no webhook of a
     stopped server, or of handlers that no longer exist, stays behind.
+    ``annotations`` are set too (others are kept).
     """
     if not webhooks:
         await delete_configuration(context=context, type=type, name=name)
         return
-    patch = {'webhooks': [dict(webhook) for webhook in webhooks]}
+    patch: dict[str, Any] = {'webhooks': [dict(webhook) for webhook in webhooks]}
+    if annotations:
+        patch['metadata'] = {'annotations': dict(annotations)}
     try:
         await context.request('PATCH', object_path(type, name), json=patch, headers={'Content-Type': MERGE_PATCH})
         return
     except APINotFoundError:
         pass
-    body = {'apiVersion': API_VERSION, 'kind': kind_of(type), 'metadata': {'name': name}, **patch}
+    body = {'apiVersion': API_VERSION, 'kind': kind_of(type), **patch,
+            'metadata': {'name': name, **({'annotations': dict(annotations)} if annotations else {})}}
     try:
         await context.request('POST', collection_path(type), json=body)
     except APIConflictError:  # created by someone else meanwhile, e.g. another replica: ours wins

@@ -68,8 +68,8 @@ class Health:
         self._watchers: Collection[asyncio.Task[Any]] = ()
 
     def watching(self, watchers: Collection[asyncio.Task[Any]]) -> None:
-        """The operator watches its resources with these tasks: healthy while they run."""
-        self._watchers = tuple(watchers)
+        """The operator watches its resources with these tasks (a live collection): healthy while they run."""
+        self._watchers = watchers
         self._problem = None
 
     def stopping(self) -> None:

@@ -22,7 +22,7 @@ import base64
 import copy
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kopf.config import OperatorConfig
@@ -53,6 +53,7 @@ async def serve_admission_request(
         config: OperatorConfig,
         memo: Any,
         indexes: Mapping[str, Any] | None = None,
+        served: Callable[[str], bool] | None = None,
 ) -> Review:
     """
     Answer one AdmissionReview; raises :class:`~kopf.structs.reviews.InvalidReviewError` if it is not one.
@@ -60,10 +61,14 @@ async def serve_admission_request(
     ``webhook`` (the handler id from the URL) limits the review to that
     handler; without it, all admission handlers of the resource run. The
     handlers get the ``indexes`` as they are (maybe not filled yet: admission
-    does not wait, or the API server would time out).
+    does not wait, or the API server would time out). ``served`` says which
+    namespaces the operator serves when the webhook configuration cannot say
+    it (namespace patterns): objects elsewhere are admitted untouched.
     """
     request = reviews.parse_review(payload)
     resource, handlers = _select(registry, resources, request, webhook=webhook)
+    if served is not None and request.namespace is not None and not served(request.namespace):
+        handlers = []
     original: Mapping[str, Any] = request.object if request.object is not None else (request.old_object or {})
     body = Body(original)
     warnings: list[str] = []

@@ -45,7 +45,11 @@ Guarantees
   ``config.persistence.max_unpersisted_time`` (1 s by default); then the
   cycle ends, its patch is sent, and the patch's own watch event starts the
   next cycle. A slow handler's outcome is therefore persisted before any
-  other handler starts.
+  other handler starts. And when a handler (or a sub-handler) that starts
+  after others have finished runs longer than that, what the finished ones
+  did is written while it runs (``send_early``, see
+  :class:`~kopf.reactor.scheduling.Durability`): the only exception to "one
+  patch per cycle", for cycles that take long anyway.
 * **A cause is concluded atomically**: the purge of its progress and the new
   diff-base (or the removal of the finalizer) travel in the same patch, so
   there is no moment when the progress is gone but the cause is not marked
@@ -111,6 +115,7 @@ listings have filled them, before it calls any handler or filter.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -213,6 +218,11 @@ class _Cycle:
     clock: Clock
     results: dict[HandlerId, Any]
     holding: bool = False  # a stage keeps the object from being released for deletion
+    send_early: EarlyWrite | None = None  # writes what has finished while a handler runs long
+
+
+# Sends a patch while the cycle runs on, with its essential part to fall back to; the object after it, if it landed.
+EarlyWrite = Callable[[Patch, Patch | None], Awaitable[Mapping[str, Any] | None]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -272,11 +282,17 @@ async def _handle_changes(cycle: _Cycle, cause: Cause) -> _Verdict:
     logger = cycle.arguments.operator.logger
     handlers = selection.changing_handlers(cycle.registry, cycle.resource, cause,
                                            arguments=cycle.arguments, logger=logger)
+    limit = cycle.config.persistence.max_unpersisted_time
+    durability = scheduling.Durability(limit=limit, clock=cycle.clock,
+                                       checkpoint=_checkpoint(cycle) if cycle.send_early is not None else None)
     batch = scheduling.Batch(
         persistence=cycle.persistence, arguments=cycle.arguments, lifecycle=cycle.lifecycle,
-        budget=scheduling.Budget(limit=cycle.config.persistence.max_unpersisted_time),
-        executor=cycle.config.execution.executor, logger=logger, clock=cycle.clock, results=cycle.results)
-    outcome = await scheduling.run_cause(handlers, batch=batch)
+        budget=scheduling.Budget(limit=limit), executor=cycle.config.execution.executor, logger=logger,
+        clock=cycle.clock, results=cycle.results, durability=durability)
+    try:
+        outcome = await scheduling.run_cause(handlers, batch=batch)
+    finally:
+        await durability.close()
     state = outcome.state
     if not state.done or (cause.reason == Reason.DELETE and cycle.holding):
         for handler_id, record in state.changes.items():
@@ -293,6 +309,31 @@ async def _handle_changes(cycle: _Cycle, cause: Cause) -> _Verdict:
     else:
         cycle.persistence.keep_essence(cause.new)
     return _Verdict(done=True)
+
+
+def _checkpoint(cycle: _Cycle) -> scheduling.Checkpoint:
+    """What the cycle would write now, as taken when a handler starts: the finished handlers' work only."""
+    send = cycle.send_early
+    assert send is not None and cycle.arguments.object is not None
+    changes = cycle.arguments.object.patch
+
+    def snapshot() -> scheduling.Sender | None:
+        progress = cycle.persistence.snapshot()
+        results = dict(cycle.results)
+        done = copy.deepcopy(changes) if changes else Patch()  # the running handler may change it meanwhile
+
+        async def sending() -> bool:
+            essential = await progress()
+            patch = _merged(done, Patch({'status': results}) if results else Patch(), essential)
+            if not patch:
+                return True
+            cycle.arguments.operator.logger.debug("A handler runs long: storing what the others have done so far.")
+            patched = await send(patch, essential if results or done else None)
+            if patched is not None:
+                cycle.persistence.rebase(Body(patched))
+            return patched is not None
+        return sending
+    return snapshot
 
 
 # The state machine: what each cause leads to.
@@ -330,6 +371,7 @@ async def handle_object(
         stages: Sequence[Stage] = STAGES,
         indexes: OperatorIndexes | None = None,
         resolved: Resource | None = None,
+        send_early: EarlyWrite | None = None,
 ) -> HandlingResult:
     """
     Handle one event of one object and say what to patch and when to come back.
@@ -338,6 +380,8 @@ async def handle_object(
     the operator started: it makes a handled object resume. ``indexes`` are
     given to the handlers, once the initial listings have filled them.
     ``resolved`` is the resource as served (the handlers' ``resource``).
+    ``send_early`` writes the finished handlers' work while another handler
+    runs long (without it, everything waits for the returned patch).
     """
     if indexes is not None:
         await indexes.ready()
@@ -380,7 +424,7 @@ async def handle_object(
                                                         diff=cause.diff))
     cycle = _Cycle(registry=registry, resource=resource, config=config, persistence=storage,
                    arguments=arguments, lifecycle=lifecycle or lifecycles.get_default_lifecycle(),
-                   clock=clock, results={}, holding=holding)
+                   clock=clock, results={}, holding=holding, send_early=send_early)
     verdict = await ACTIONS[cause.reason](cycle, cause)
     essential = await storage.commit()
     if verdict.delay is not None:

@@ -7,7 +7,8 @@ Where they live
 Daemon tasks outlive a handling cycle and an object's worker (a worker ends
 when its object is idle), so neither can own them. One :class:`Daemons`
 keeper per watched resource owns them instead: :mod:`~kopf.reactor.running`
-creates it with the resource's watch and closes it at the operator's exit
+creates it with the resource's watch and closes it at the operator's exit, or
+when the watch stops because its namespace or its CRD is gone
 (:meth:`Daemons.close`), which stops every daemon and timer it has started.
 
 The keeper is a stage of the handling cycle
@@ -31,11 +32,19 @@ and that is the only way daemons start and stop:
 
 With replicas (``--ha``/``--shards``, :mod:`~kopf.reactor.fencing`), events
 reach the keeper only for the objects that this replica may handle, so
-daemons start only there; and since an object that moves to another replica
-sends no more events here, the keeper checks its objects against the gate
-every :data:`PATROL_INTERVAL` and stops the daemons of those that are not
-its own any more (``OPERATOR_PAUSING``). At the exit, a replica stops its
-daemons before it gives up its Lease.
+daemons start only there. An object that moves to another replica sends no
+more events here, so the keeper follows the gate instead: whenever the
+gate's permit or deadlines change (and every :data:`PATROL_INTERVAL` in
+any case), it stops the daemons of the objects that are not its own any
+more (``OPERATOR_PAUSING``, with the usual steps below). Every daemon and
+timer is a *resident* of its object at the gate until it exits, and a
+hand-over of the object is acknowledged only after that (see
+:meth:`~kopf.reactor.fencing.Gate.drain`): the next owner never starts a
+daemon while the previous one's still runs. When the Lease is lost (the hard
+fence), there is no time for the usual steps: the ``async`` daemons and
+timers are cancelled at once, since the next owner may start them as soon
+as the Lease expires. At the exit, a replica stops its daemons before it
+gives up its Lease.
 
 Memory: the keeper holds an entry for an object only while a daemon of it
 runs (or stops), or has finished for good (so that it is not started
@@ -106,7 +115,7 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from kopf.clients import patching
 from kopf.clients.auth import APIContext
@@ -142,26 +151,54 @@ PATROL_INTERVAL = 1.0
 MIN_RECHECK = 1.0
 
 
+class Fence(Protocol):
+    """
+    What the keeper needs of a replica's gate (:class:`kopf.reactor.fencing.Gate`).
+
+    A protocol, so that daemons know nothing of how replicas coordinate.
+    """
+
+    def admits(self, key: str) -> bool:
+        """Whether this replica may handle the object now."""
+
+    @property
+    def writable(self) -> bool:
+        """Whether the hard fence has not struck yet."""
+
+    def reside(self, key: str) -> int:
+        """A daemon or timer of the object has started."""
+
+    def depart(self, token: int) -> None:
+        """It has exited, or was given up on."""
+
+    @property
+    def revision(self) -> int:
+        """Grows with every change of what is permitted, and until when."""
+
+    async def revised(self, revision: int) -> None:
+        """Wait until the revision differs from the given one."""
+
+
 class Daemons:
     """
     The daemons and timers of one watched resource, by object; a stage of the handling cycle.
 
     ``patcher`` applies the patches (and results) of the calls to an object.
-    ``permit`` (with replicas: by object key) says whether this replica may
-    handle an object now; the daemons of objects that it may not handle any
-    more are stopped (``OPERATOR_PAUSING``) within :data:`PATROL_INTERVAL`,
-    since their events no longer come here.
+    ``fence`` (with replicas) says whether this replica may handle an object
+    now; the daemons of objects that it may not handle any more are stopped
+    (``OPERATOR_PAUSING``) as soon as the fence changes, since their events
+    no longer come here, and the fence knows them until they have exited.
     """
 
     def __init__(
             self,
             *,
             patcher: Patcher,
-            permit: Callable[[str], bool] | None = None,
+            fence: Fence | None = None,
             clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._patcher = patcher
-        self._permit = permit
+        self._fence = fence
         self._patrol: asyncio.Task[None] | None = None
         self._clock = clock
         self._objects: dict[str, _Object] = {}
@@ -216,24 +253,37 @@ class Daemons:
         for runner in list(obj.runners.values()):
             if runner.handler.id not in wanted_ids:
                 self._request_stop(obj, runner, DaemonStoppingReason.FILTERS_MISMATCH)
+        admitted = self._fence is None or self._fence.admits(key)  # the permit may have changed since the cycle began
         for handler in wanted:
             current = obj.runners.get(handler.id)
-            if (current is None or not current.running) and handler.id not in obj.finished and not self._closed:
+            if (current is None or not current.running) and handler.id not in obj.finished and not self._closed \
+                    and admitted:
                 self._spawn(obj, handler)
         self._forget_if_idle(obj)
         return None
 
-    async def close(self, *, timeout: float) -> None:
-        """At the operator's exit: stop all daemons and timers, within ``timeout`` seconds for all of them."""
+    async def close(
+            self,
+            *,
+            timeout: float,
+            reason: DaemonStoppingReason = DaemonStoppingReason.OPERATOR_EXITING,
+    ) -> None:
+        """
+        Stop all daemons and timers, within ``timeout`` seconds for all of them; start none any more.
+
+        At the operator's exit (``OPERATOR_EXITING``), or when the watch of
+        the resource stops because its namespace or its CRD is gone
+        (``RESOURCE_DELETED``).
+        """
         self._closed = True
         if self._patrol is not None:
             self._patrol.cancel()
             await asyncio.gather(self._patrol, return_exceptions=True)
         for obj in list(self._objects.values()):
-            self._stop(obj, DaemonStoppingReason.OPERATOR_EXITING)
+            self._stop(obj, reason)
         runners = [runner for runner in self._runners if runner.running]
         for runner in runners:  # also those of forgotten objects, already stopping
-            runner.stopper.set(DaemonStoppingReason.OPERATOR_EXITING)
+            runner.stopper.set(reason)
         # The abandoned ones were given up already (and reported): they are not waited for again.
         tasks = [runner.task for runner in runners if runner.task is not None and not runner.abandoned]
         if tasks:
@@ -245,8 +295,9 @@ class Daemons:
             if runner.abandoned:
                 runner.obj.logger.debug("%s was abandoned earlier; at the exit, %s.", runner.handler, kind)
             else:
-                runner.obj.logger.warning("%s did not stop within the operator's exit timeout of %ss; %s.",
-                                          runner.handler, timeout, kind)
+                runner.obj.logger.warning("%s did not stop within the %s of %ss; %s.", runner.handler,
+                                          "operator's exit timeout" if reason == DaemonStoppingReason.OPERATOR_EXITING
+                                          else "timeout of stopping the watch", timeout, kind)
             assert runner.task is not None
             runner.task.cancel()
         if late:
@@ -261,26 +312,54 @@ class Daemons:
     def _spawn(self, obj: _Object, handler: SpawningHandler) -> None:
         runner = _Runner(handler=handler, obj=obj, stopper=DaemonStopper())
         run = self._run_daemon if isinstance(handler, DaemonHandler) else self._run_timer
+        if self._fence is not None:
+            runner.residence = self._fence.reside(obj.key)
         runner.task = asyncio.create_task(run(runner), name=f"kopf {handler} of {obj.describe()}")
         runner.task.add_done_callback(functools.partial(self._ended, runner))
         obj.runners[handler.id] = runner
         self._runners.add(runner)
-        if self._permit is not None and self._patrol is None:
-            self._patrol = asyncio.create_task(self._patrol_permits(self._permit), name='kopf daemons patrol')
+        if self._fence is not None and self._patrol is None:
+            self._patrol = asyncio.create_task(self._patrol_fence(self._fence), name='kopf daemons patrol')
 
-    async def _patrol_permits(self, permit: Callable[[str], bool]) -> None:
+    async def _patrol_fence(self, fence: Fence) -> None:
         """With replicas: stop the daemons of the objects that another replica (or none) handles now."""
         while True:
-            await asyncio.sleep(PATROL_INTERVAL)
-            for obj in list(self._objects.values()):
-                if not permit(obj.key):
-                    del self._objects[obj.key]
-                    if obj.runners:
-                        obj.logger.info("This replica does not handle the object any more; "
-                                        "stopping its daemons and timers.")
-                    self._stop(obj, DaemonStoppingReason.OPERATOR_PAUSING)
+            revision = fence.revision
+            self._follow(fence)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(fence.revised(revision), timeout=PATROL_INTERVAL)
+
+    def _follow(self, fence: Fence) -> None:
+        """Stop what is not ours any more; at the hard fence, cancel what has not exited yet."""
+        for obj in list(self._objects.values()):
+            if not fence.admits(obj.key):
+                del self._objects[obj.key]
+                if obj.runners:
+                    obj.logger.info("This replica does not handle the object any more; "
+                                    "stopping its daemons and timers.")
+                self._stop(obj, DaemonStoppingReason.OPERATOR_PAUSING)
+        if not fence.writable:
+            for runner in list(self._runners):
+                self._fence_off(runner)
+
+    def _fence_off(self, runner: _Runner) -> None:
+        """The Lease is lost: stop the daemon now, not after its usual steps; the next owner may start soon."""
+        if not runner.running or runner.fenced or runner.task is None:
+            return
+        runner.fenced = True
+        runner.stopper.set(DaemonStoppingReason.OPERATOR_PAUSING)
+        if runner.threaded:
+            runner.obj.logger.warning(
+                "%s is asked to stop: this replica has lost its lease, and the next owner may start it when "
+                "the lease expires; a thread cannot be cancelled, so it must exit when `stopped` is set.",
+                runner.handler)
+        else:
+            runner.obj.logger.info("%s is cancelled: this replica has lost its lease, and the next owner may "
+                                   "start it when the lease expires.", runner.handler)
+            runner.task.cancel()
 
     def _ended(self, runner: _Runner, task: asyncio.Task[None]) -> None:
+        self._depart(runner)
         self._runners.discard(runner)
         obj = runner.obj
         if obj.runners.get(runner.handler.id) is runner:
@@ -291,6 +370,11 @@ class Daemons:
             obj.finished.add(runner.handler.id)
         if self._objects.get(obj.key) is obj:
             self._forget_if_idle(obj)
+
+    def _depart(self, runner: _Runner) -> None:
+        if self._fence is not None and runner.residence is not None:
+            self._fence.depart(runner.residence)
+            runner.residence = None
 
     def _forget_if_idle(self, obj: _Object) -> None:
         if not obj.runners and not obj.finished and self._objects.get(obj.key) is obj:
@@ -332,6 +416,7 @@ class Daemons:
             if await _exited(task, timeout):
                 return
             runner.abandoned = True
+            self._depart(runner)  # a hand-over proceeds without it, as a deletion does
             obj.logger.warning("%s", _abandoned_message(runner, timeout))
             return
         every = handler.cancellation_polling if isinstance(handler, DaemonHandler) else None
@@ -487,6 +572,8 @@ class _Runner:
     task: asyncio.Task[None] | None = None
     guard: asyncio.Task[None] | None = None
     abandoned: bool = False
+    residence: int | None = None  # its token at the replica's fence, while it runs
+    fenced: bool = False  # stopped at once because the Lease was lost
 
     @property
     def running(self) -> bool:
@@ -617,6 +704,9 @@ def _abandoned_message(runner: _Runner, timeout: float) -> str:
         then = "The object's deletion proceeds without it."
     elif reason & DaemonStoppingReason.OPERATOR_EXITING:
         then = "The operator exits without it."
+    elif reason & DaemonStoppingReason.OPERATOR_PAUSING:
+        then = ("The object goes to another replica without waiting for it any longer; the next owner's "
+                "daemon may run at the same time.")
     else:
         then = "It is not started again for this object until it has exited."
     return f"{what}. {then} Make it exit when `stopped` is set (e.g. sleep with `stopped.wait(...)`)."

@@ -15,6 +15,13 @@ applies it where events become handling cycles:
 * :func:`gated_stream` restarts the watch streams (a fresh listing) when new
   objects may have become ours, since their events were dropped before;
   while nothing is permitted (a standby), nothing is watched.
+* Daemons and timers outlive the cycles that start them, so they are known to
+  the gate as *residents* of their objects (:meth:`Gate.reside`): a hand-over
+  waits for them as for the cycles (:meth:`Gate.drain`), and their keepers
+  (:mod:`kopf.reactor.daemons`) learn of every change of the permit or the
+  deadlines at once (:meth:`Gate.revised`), to stop the daemons of the
+  objects that are not permitted any more -- and to cancel them at the hard
+  fence, after which the next owner may start them as soon as the Lease expires.
 
 What cancellation costs at each await point of a cycle:
 
@@ -40,14 +47,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import logging
 import math
 import threading
-import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from kopf.clients.auth import APIContext
+from kopf.reactor.progression import SYSTEM_CLOCK, Clock
 from kopf.reactor.queueing import RawEvent
 
 logger = logging.getLogger('kopf.reactor.fencing')
@@ -96,8 +104,9 @@ class Gate:
     too busy to run the timers that cancel the cycles in time.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self._loop = asyncio.get_running_loop()  # the handling's loop
+        self._clock = clock
         self._lock = threading.Lock()
         self._permit: Permit = nothing
         self._admit_until = -math.inf  # monotonic time: no new cycles from then on
@@ -105,13 +114,16 @@ class Gate:
         self._epoch = 0  # grows whenever objects may have become ours: the streams must relist
         self._was_active = False
         self._cycles: dict[asyncio.Task[Any], _Cycle] = {}
+        self._residents: dict[int, str] = {}  # daemons and timers, by a token: the key of their object
+        self._tokens = itertools.count(1)
+        self._revision = 0  # grows with every change of the permit or the deadlines
         self._changed = asyncio.Event()
 
     # What queueing asks.
 
     def admits(self, key: str) -> bool:
         """Whether an event of this object should be routed to a handling worker at all."""
-        return time.monotonic() < self._admit_until and self._permit(key)
+        return self._clock.monotonic() < self._admit_until and self._permit(key)
 
     @contextlib.asynccontextmanager
     async def handling(self, key: str) -> AsyncIterator[bool]:
@@ -137,7 +149,7 @@ class Gate:
         task = asyncio.current_task()
         with self._lock:
             cycle = self._cycles.get(task) if task is not None else None
-            if time.monotonic() >= self._write_until or (cycle is not None and cycle.cancelled):
+            if self._clock.monotonic() >= self._write_until or (cycle is not None and cycle.cancelled):
                 raise FencedError("This replica may not write to the object any more: it is no longer its owner.")
             if cycle is not None:
                 cycle.committing = True
@@ -151,12 +163,47 @@ class Gate:
     @property
     def active(self) -> bool:
         """Whether anything may be handled at all now; inactive replicas do not even watch."""
-        return self._permit is not nothing and time.monotonic() < self._admit_until
+        return self._permit is not nothing and self._clock.monotonic() < self._admit_until
+
+    @property
+    def writable(self) -> bool:
+        """Whether the hard fence has not struck: daemons may go on; after it, they are cancelled."""
+        return self._clock.monotonic() < self._write_until
 
     @property
     def cycles(self) -> int:
         with self._lock:
             return len(self._cycles)
+
+    @property
+    def residents(self) -> int:
+        """How many daemons and timers (of any objects) the gate knows to be running."""
+        with self._lock:
+            return len(self._residents)
+
+    # What the keepers of daemons and timers tell and ask.
+
+    def reside(self, key: str) -> int:
+        """A daemon or timer of the object has started; a hand-over of the object waits until it departs."""
+        with self._lock:
+            token = next(self._tokens)
+            self._residents[token] = key
+            return token
+
+    def depart(self, token: int) -> None:
+        """The daemon or timer has exited (or was given up on); idempotent."""
+        with self._lock:
+            self._residents.pop(token, None)
+
+    @property
+    def revision(self) -> int:
+        return self._revision
+
+    async def revised(self, revision: int) -> None:
+        """Wait until the permit or the deadlines change after the given revision (in the handling's loop)."""
+        while self._revision == revision:
+            self._changed.clear()
+            await self._changed.wait()
 
     def permit(self, permit: Permit, *, resync: bool) -> None:
         """
@@ -172,20 +219,30 @@ class Gate:
     def extend(self, *, admit_until: float, write_until: float) -> None:
         """Allow new cycles and writes until these (monotonic) times: the Lease has been renewed."""
         with self._lock:
-            lapsed = time.monotonic() >= self._admit_until  # events may have been dropped meanwhile
+            lapsed = self._clock.monotonic() >= self._admit_until  # events may have been dropped meanwhile
             self._admit_until = admit_until
             self._write_until = write_until
             self._update(resync=lapsed)
 
+    def busy(self, keep: Permit) -> bool:
+        """Whether a cycle, a daemon or a timer runs for an object outside ``keep``."""
+        with self._lock:
+            return (any(not keep(cycle.key) for cycle in self._cycles.values()) or
+                    any(not keep(key) for key in self._residents.values()))
+
     async def drain(self, keep: Permit, *, timeout: float) -> bool:
-        """Wait until no cycle runs for an object outside ``keep``; ``False`` if some still run after the timeout."""
-        deadline = time.monotonic() + timeout
+        """
+        Wait until nothing runs for an object outside ``keep``; ``False`` if something does after the timeout.
+
+        "Nothing" means no handling cycle, and no daemon or timer: their
+        keepers stop them as soon as the permit excludes their objects, and
+        a hand-over (the caller) is acknowledged only once they have exited.
+        """
+        deadline = self._clock.monotonic() + timeout
         while True:
-            with self._lock:
-                busy = any(not keep(cycle.key) for cycle in self._cycles.values())
-            if not busy:
+            if not self.busy(keep):
                 return True
-            if time.monotonic() >= deadline:
+            if self._clock.monotonic() >= deadline:
                 return False
             await asyncio.sleep(DRAIN_INTERVAL)
 
@@ -197,7 +254,7 @@ class Gate:
         Returns how many cycles are cancelled.
         """
         with self._lock:
-            self._admit_until = min(self._admit_until, time.monotonic())
+            self._admit_until = min(self._admit_until, self._clock.monotonic())
             tasks = [task for task, _ in self._mark_cancelled(committing=False)]
             self._update(resync=False)
         self._loop.call_soon_threadsafe(_cancel, tasks)
@@ -206,7 +263,7 @@ class Gate:
     def harden(self) -> int:
         """The hard fence: no new cycles, no writes, every cycle cancelled. Returns how many patches were cut."""
         with self._lock:
-            now = time.monotonic()
+            now = self._clock.monotonic()
             self._admit_until = min(self._admit_until, now)
             self._write_until = min(self._write_until, now)
             tasks = [task for task, _ in self._mark_cancelled(committing=False)]
@@ -238,6 +295,7 @@ class Gate:
         if resync or (active and not self._was_active):
             self._epoch += 1
         self._was_active = active
+        self._revision += 1
         if not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._changed.set)
 

@@ -28,6 +28,12 @@ the handling cycle:
 * A stream that lists again without reporting what was deleted meanwhile
   (replicas re-open their streams after a hand-over) has the objects that
   its new listing lacks removed from the indexes once the listing is over.
+* Streams start and stop while the operator runs (namespaces and CRDs come
+  and go, :mod:`~kopf.reactor.orchestration`). Only the streams of the start
+  hold the handlers back: one that starts later indexes its objects as they
+  come, and one that stops (:meth:`~OperatorIndexes.forget`) takes its
+  objects out of the indexes, and is not waited for any more if it has not
+  listed yet.
 
 What an object contributes
 ==========================
@@ -176,6 +182,21 @@ class OperatorIndexes(Mapping[str, Index[Any, Any]]):
         if not self._pending:
             self._ready.set()
 
+    def forget(self, listing: Hashable) -> None:
+        """
+        The stream has stopped for good (its namespace or its resource is gone): drop what it has indexed.
+
+        Handlers do not wait for its listing any more, if they still did.
+        """
+        stream = self._streams.pop(listing, None)
+        if stream is not None:
+            for obj in stream.members | stream.listed:
+                for handler in stream.handlers:
+                    self._forget(handler.id, obj)
+        self._pending.discard(listing)
+        if not self._pending:
+            self._ready.set()
+
     @property
     def is_ready(self) -> bool:
         return self._ready.is_set()
@@ -203,7 +224,9 @@ class OperatorIndexes(Mapping[str, Index[Any, Any]]):
 
         The index functions get the objects' own memos from ``memos``, if given (else the ``memo``).
         """
-        state = self._streams[listing] = _Stream(handlers=registry.get_indexing_handlers(selector))
+        state = self._streams.get(listing)  # a re-opened stream reconciles its new listing with what it had
+        if state is None:
+            state = self._streams[listing] = _Stream(handlers=registry.get_indexing_handlers(selector))
         async for raw_event in stream:
             obj = object_key(raw_event)
             if raw_event.get('type') is None:  # a listed object

@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import enum
 import logging
 import os
 import re
@@ -50,7 +51,6 @@ import secrets
 import socket
 import sys
 import threading
-import time
 from collections.abc import AsyncIterator, Collection, Iterator, Sequence
 from pathlib import Path
 
@@ -64,11 +64,14 @@ from kopf.config import PeeringConfig
 from kopf.reactor import freezing, ownership
 from kopf.reactor.fencing import Gate, everything, nothing
 from kopf.reactor.ownership import Ring, ShardPermit
+from kopf.reactor.progression import SYSTEM_CLOCK, Clock
+from kopf.structs.namespaces import NamespaceSpec, is_exact
 
 logger = logging.getLogger('kopf.reactor.peering')
 
 MEMBER_LABEL = freezing.SHARDS_LABEL  # on member Leases: the operator's peering name
 RING_ANNOTATION = 'kopf.dev/ring'  # on member Leases: the ring the member handles by
+INSTANCE_ANNOTATION = 'kopf.dev/instance'  # on Leases we hold: which process of the identity writes them
 
 # The Lease verbs each mode needs; the documented RBAC (docs/install.rst) grants exactly their union.
 VERBS = {
@@ -139,7 +142,7 @@ def default_identity() -> str:
 def resolve(
         config: PeeringConfig,
         *,
-        namespaces: Collection[str],
+        namespaces: Collection[NamespaceSpec],
         clusterwide: bool,
         default_namespace: str | None,
 ) -> PeeringSettings:
@@ -166,15 +169,22 @@ def resolve(
 def lease_namespace(
         explicit: str | None,
         *,
-        namespaces: Collection[str],
+        namespaces: Collection[NamespaceSpec],
         clusterwide: bool,
         default_namespace: str | None,
 ) -> str:
-    """Where the Leases are: as given, else the one served namespace, else the credentials' one, else default."""
+    """
+    Where the Leases are: as given, else the one served namespace, else the credentials' one, else default.
+
+    A namespace pattern (``-n 'myapp-*'``) names no namespace of its own: the
+    credentials' namespace (in a pod, the operator's own) is taken then.
+    """
     if explicit is not None:
         return explicit
     if len(namespaces) == 1 and not clusterwide:
-        return next(iter(namespaces))
+        namespace = next(iter(namespaces))
+        if isinstance(namespace, str) and is_exact(namespace):
+            return namespace
     return default_namespace or 'default'
 
 
@@ -188,16 +198,17 @@ class _Fences:
     timers here only cancel the running cycles at those moments and say so.
     """
 
-    def __init__(self, gate: Gate, settings: PeeringSettings) -> None:
+    def __init__(self, gate: Gate, settings: PeeringSettings, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.gate = gate
         self.settings = settings
+        self.clock = clock
         self.renewed_at: float | None = None
         self._timers: list[asyncio.TimerHandle] = []
 
     @property
     def lost(self) -> bool:
         """Whether the renew deadline has passed since the last renewal (if there was one)."""
-        return self.renewed_at is not None and time.monotonic() >= self.renewed_at + self.settings.renew_deadline
+        return self.renewed_at is not None and self.clock.monotonic() >= self.renewed_at + self.settings.renew_deadline
 
     def renewed(self, sent_at: float) -> None:
         """A renewal sent at this (monotonic) time has succeeded."""
@@ -205,10 +216,11 @@ class _Fences:
         self.renewed_at = sent_at
         self.gate.extend(admit_until=sent_at + self.settings.soft_fence,
                          write_until=sent_at + self.settings.renew_deadline)
-        loop = asyncio.get_running_loop()  # loop.time() is time.monotonic()
+        loop = asyncio.get_running_loop()
+        now = self.clock.monotonic()  # the timers count on the loop's clock, the deadlines on ours
         self._timers = [
-            loop.call_at(sent_at + self.settings.soft_fence, self._soften),
-            loop.call_at(sent_at + self.settings.renew_deadline, self._harden),
+            loop.call_later(max(0.0, sent_at + self.settings.soft_fence - now), self._soften),
+            loop.call_later(max(0.0, sent_at + self.settings.renew_deadline - now), self._harden),
         ]
 
     def cancel(self) -> None:
@@ -236,11 +248,18 @@ class _Observations:
     def __init__(self, default_duration: int) -> None:
         self.default_duration = default_duration
         self._seen: dict[str, tuple[str, float]] = {}
+        self._changing: set[str] = set()  # seen in more than one version: someone writes them
 
     def observe(self, lease: Lease, now: float) -> None:
         previous = self._seen.get(lease.name)
         if previous is None or previous[0] != lease.resource_version:
             self._seen[lease.name] = (lease.resource_version, now)
+        if previous is not None and previous[0] != lease.resource_version:
+            self._changing.add(lease.name)
+
+    def changing(self, lease: Lease) -> bool:
+        """Whether the Lease was written while we watched: its writer was alive after we first saw it."""
+        return lease.name in self._changing
 
     def seen_at(self, lease: Lease) -> float | None:
         """When this version of the Lease was first seen (monotonic), if it was."""
@@ -249,6 +268,7 @@ class _Observations:
 
     def forget_others(self, names: Collection[str]) -> None:
         self._seen = {name: seen for name, seen in self._seen.items() if name in names}
+        self._changing &= set(names)
 
     def expired(self, lease: Lease, now: float) -> bool:
         """Released, or unchanged for its whole duration since we saw it change."""
@@ -261,6 +281,46 @@ class _Observations:
         return now - seen[1] >= duration
 
 
+# Duplicate identities.
+
+class Namesake(enum.Enum):
+    """How a Lease held under our own identity stands (see :func:`namesake`)."""
+
+    OURS = 'ours'  # written by this very process
+    ALIVE = 'alive'  # another process writes it under our identity: a duplicate
+    UNKNOWN = 'unknown'  # another process's, not seen written yet: a duplicate, or a predecessor that has ended
+    GONE = 'gone'  # another process's, expired: a predecessor that has ended (e.g. a restarted pod)
+
+
+def namesake(lease: Lease, *, instance: str, observations: _Observations, now: float) -> Namesake:
+    """
+    Who holds a Lease that names our identity as its holder: this process, a duplicate, or a predecessor.
+
+    Every process writes a random instance token of its own into the Leases
+    it holds, so a Lease under our identity without our token is another
+    process's. It is a live duplicate once we have seen it written (it
+    changed while we watched); a predecessor with our identity that has
+    ended (a restarted pod with a stable name) leaves it unchanged until it
+    expires by renew-time semantics -- until then, we cannot tell the two
+    apart, and wait. ``now`` is this replica's monotonic time.
+    """
+    if lease.annotations.get(INSTANCE_ANNOTATION) == instance:
+        return Namesake.OURS
+    if observations.changing(lease):
+        return Namesake.ALIVE
+    if observations.expired(lease, now):
+        return Namesake.GONE
+    return Namesake.UNKNOWN
+
+
+def duplicate_error(settings: PeeringSettings, lease: Lease) -> PeeringError:
+    return PeeringError(
+        f"Another replica runs with the identity {settings.identity!r}: the lease {lease.namespace}/{lease.name} "
+        f"is renewed under this identity by another process, so this replica does not join. Give each replica "
+        f"a unique --identity (config.peering.identity), or leave it to the default (the host name, the process "
+        f"id and a random suffix).")
+
+
 # The modes.
 
 class _Replica:
@@ -268,13 +328,23 @@ class _Replica:
 
     mode: str
 
-    def __init__(self, *, context: APIContext, gate: Gate, settings: PeeringSettings) -> None:
+    def __init__(
+            self,
+            *,
+            context: APIContext,
+            gate: Gate,
+            settings: PeeringSettings,
+            clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.context = context
         self.gate = gate
         self.settings = settings
-        self.fences = _Fences(gate, settings)
+        self.clock = clock
+        self.fences = _Fences(gate, settings, clock=clock)
         self.observations = _Observations(settings.lease_duration)
+        self.instance = secrets.token_hex(8)  # this process among those that may share the identity
         self.closing = False
+        self.waiting_for: str | None = None  # a Lease under our identity, of another process: logged once
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -314,6 +384,23 @@ class _Replica:
     def timeout(self) -> float:
         return self.settings.request_timeout
 
+    def judge_namesake(self, lease: Lease, now: float) -> Namesake:
+        """Judge a Lease held under our identity; refuse to go on if a duplicate writes it."""
+        verdict = namesake(lease, instance=self.instance, observations=self.observations, now=now)
+        if verdict is Namesake.ALIVE:
+            raise duplicate_error(self.settings, lease)
+        if verdict is Namesake.UNKNOWN and self.waiting_for != lease.name:
+            self.waiting_for = lease.name
+            duration = lease.spec.duration or self.settings.lease_duration
+            logger.warning("The lease %s/%s is held under our identity %r by another process: waiting up to %ss "
+                           "for it to expire (a previous process of this identity that has ended) -- or to be "
+                           "renewed (another replica with the same identity: this one then exits).",
+                           lease.namespace, lease.name, self.settings.identity, duration)
+        if verdict is Namesake.GONE:
+            logger.info("The lease %s/%s of a previous process with our identity %r has expired; taking it over.",
+                        lease.namespace, lease.name, self.settings.identity)
+        return verdict
+
 
 class _Elector(_Replica):
     """
@@ -326,8 +413,15 @@ class _Elector(_Replica):
 
     mode = 'ha'
 
-    def __init__(self, *, context: APIContext, gate: Gate, settings: PeeringSettings) -> None:
-        super().__init__(context=context, gate=gate, settings=settings)
+    def __init__(
+            self,
+            *,
+            context: APIContext,
+            gate: Gate,
+            settings: PeeringSettings,
+            clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        super().__init__(context=context, gate=gate, settings=settings, clock=clock)
         self.lease: Lease | None = None  # as last seen
         self.leading = False
         self.leader: str | None = None  # as last logged
@@ -347,15 +441,20 @@ class _Elector(_Replica):
         with self.verb('get'):
             lease = await leases.read_lease(context=self.context, namespace=self.settings.namespace,
                                             name=self.settings.name, timeout=self.timeout)
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if lease is None:
             self._stand_by(None)
             await self._create()
             return
         self.lease = lease
         self.observations.observe(lease, now)
-        if lease.spec.holder == self.settings.identity:
+        verdict = self.judge_namesake(lease, now) if lease.spec.holder == self.settings.identity else None
+        if verdict is Namesake.OURS:
             await self._write(lease, acquire=False)
+        elif verdict is Namesake.UNKNOWN:
+            self._stand_by(lease, quiet=True)
+        elif verdict is Namesake.GONE and not self.closing:
+            await self._write(lease, acquire=True)
         elif self._free(lease, now) and not self.closing:
             await self._write(lease, acquire=True)
         elif self.settings.priority > freezing.priority_of(lease) and not self.closing:
@@ -379,25 +478,24 @@ class _Elector(_Replica):
             return False
         return now - seen >= max(self.settings.lease_duration, freeze.previous_duration or 0)
 
-    def _annotations(self, lease: Lease) -> dict[str, str]:
-        """What we write into the Lease besides the spec: our priority; a freeze's record goes away."""
-        kept = {k: v for k, v in lease.annotations.items()
+    def _annotations(self, lease: Lease | None) -> dict[str, str]:
+        """What we write into the Lease besides the spec: our priority and instance; a freeze's record goes away."""
+        kept = {k: v for k, v in (lease.annotations if lease is not None else {}).items()
                 if k not in (freezing.PRIORITY_ANNOTATION, freezing.FREEZE_ANNOTATION)}
-        return {**kept, freezing.PRIORITY_ANNOTATION: str(self.settings.priority)}
+        return {**kept, freezing.PRIORITY_ANNOTATION: str(self.settings.priority), INSTANCE_ANNOTATION: self.instance}
 
     async def _create(self) -> None:
         if self.closing:
             return
         stamp = leases.now()
-        sent = time.monotonic()
+        sent = self.clock.monotonic()
         spec = LeaseSpec(holder=self.settings.identity, duration=self.settings.lease_duration,
                          acquired=stamp, renewed=stamp)
         try:
             with self.verb('create'):
                 lease = await leases.create_lease(context=self.context, namespace=self.settings.namespace,
                                                   name=self.settings.name, spec=spec, timeout=self.timeout,
-                                                  annotations={freezing.PRIORITY_ANNOTATION:
-                                                               str(self.settings.priority)})
+                                                  annotations=self._annotations(None))
         except APIConflictError:
             logger.debug("Another replica has created the lease first.")
             return
@@ -406,7 +504,7 @@ class _Elector(_Replica):
     async def _write(self, lease: Lease, *, acquire: bool, preempt: bool = False) -> None:
         """Renew the lease (ours) or take it over (free, or of a lower priority); a 409: someone was faster."""
         stamp = leases.now()
-        sent = time.monotonic()
+        sent = self.clock.monotonic()
         spec = LeaseSpec(holder=self.settings.identity, duration=self.settings.lease_duration,
                          acquired=stamp if acquire else lease.spec.acquired or stamp, renewed=stamp,
                          transitions=lease.spec.transitions + (1 if acquire else 0))
@@ -422,10 +520,10 @@ class _Elector(_Replica):
         freeze = freezing.Freeze.from_lease(lease)
         holding_until = None
         if preempt:
-            holding_until = freezing.hold_until(lease, taken_at=time.monotonic(),
+            holding_until = freezing.hold_until(lease, taken_at=self.clock.monotonic(),
                                                 seen_at=self.observations.seen_at(lease),
                                                 own_duration=self.settings.lease_duration)
-            wait = max(0.0, holding_until - time.monotonic())
+            wait = max(0.0, holding_until - self.clock.monotonic())
             what = freeze.describe() if freeze is not None else f"held by {lease.spec.holder}"
             logger.info("Took over the lease %s/%s (%s) with a higher priority (%d > %d); handling %s.",
                         lease.namespace, lease.name, what, self.settings.priority, freezing.priority_of(lease),
@@ -442,14 +540,14 @@ class _Elector(_Replica):
 
     def _lead(self, lease: Lease, sent: float, *, holding_until: float | None = None) -> None:
         self.lease = lease
-        self.observations.observe(lease, time.monotonic())
+        self.observations.observe(lease, self.clock.monotonic())
         self.fences.renewed(sent)
         if self.closing:
             return
         if holding_until is not None:
             self.holding_until = holding_until
         if self.holding_until is not None:
-            if time.monotonic() < self.holding_until:
+            if self.clock.monotonic() < self.holding_until:
                 return  # the lease is ours, but the previous holder may still be handling
             self.holding_until = None
         if not self.leading:
@@ -460,7 +558,7 @@ class _Elector(_Replica):
             self.leader = self.settings.identity
             self.gate.permit(everything, resync=True)
 
-    def _stand_by(self, lease: Lease | None) -> None:
+    def _stand_by(self, lease: Lease | None, *, quiet: bool = False) -> None:
         holder = lease.spec.holder if lease is not None else None
         freeze = freezing.Freeze.from_lease(lease)
         if self.leading or self.holding_until is not None:
@@ -470,7 +568,7 @@ class _Elector(_Replica):
             self.holding_until = None
             self.fences.cancel()
             self.gate.harden()
-        if holder is not None and holder != self.leader:
+        if holder is not None and holder != self.leader and not quiet:
             if freeze is not None:
                 logger.info("Standing by: the lease %s/%s is %s.", self.settings.namespace, self.settings.name,
                             freeze.describe())
@@ -515,12 +613,20 @@ class _Member(_Replica):
 
     mode = 'shards'
 
-    def __init__(self, *, context: APIContext, gate: Gate, settings: PeeringSettings) -> None:
-        super().__init__(context=context, gate=gate, settings=settings)
+    def __init__(
+            self,
+            *,
+            context: APIContext,
+            gate: Gate,
+            settings: PeeringSettings,
+            clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        super().__init__(context=context, gate=gate, settings=settings, clock=clock)
         self.lease: Lease | None = None  # our own, as last seen
         self.adopted: Ring = ()  # what we handle by, or are moving to once published
         self.published: Ring | None = None  # what the server has in our lease
         self.permitted: tuple[Ring, dict[Ring, frozenset[str]]] | None = None  # what the gate permits by
+        self.live_others: frozenset[str] = frozenset()  # the other live members, as of the last listing
 
     @property
     def labels(self) -> dict[str, str]:
@@ -532,21 +638,26 @@ class _Member(_Replica):
         with self.verb('list'):
             listed = await leases.list_leases(context=self.context, namespace=self.settings.namespace,
                                               labels=self.labels, timeout=self.timeout)
-        now = time.monotonic()
+        now = self.clock.monotonic()
         own_name = self.settings.member_lease_name
         self.observations.forget_others([lease.name for lease in listed])
         others: dict[str, Ring] = {}
+        waiting = False  # our lease exists, but another process of our identity may still hold it
         for lease in listed:
             self.observations.observe(lease, now)
             if lease.name == own_name:
                 if lease.spec.holder == self.settings.identity:
-                    self.lease = lease
+                    waiting = self.judge_namesake(lease, now) is Namesake.UNKNOWN
+                    self.lease = None if waiting else lease
             elif self.observations.expired(lease, now):
                 await self._collect(lease)
             elif lease.spec.holder:
                 others[lease.spec.holder] = ownership.parse_ring(lease.annotations.get(RING_ANNOTATION))
         if self.lease is not None and own_name not in {lease.name for lease in listed}:
             self._lose("Our member lease is gone (the others took it for expired)")
+        self.live_others = frozenset(others)
+        if waiting:
+            return
 
         if not self.closing:
             view = ownership.make_ring([*others, self.settings.identity])
@@ -585,8 +696,8 @@ class _Member(_Replica):
         """Publish our ring in our lease (creating it if needed); from now on the others see it."""
         ring = (self.published or ()) if self.closing else self.adopted
         stamp = leases.now()
-        sent = time.monotonic()
-        annotations = {RING_ANNOTATION: ownership.format_ring(ring)}
+        sent = self.clock.monotonic()
+        annotations = {RING_ANNOTATION: ownership.format_ring(ring), INSTANCE_ANNOTATION: self.instance}
         spec = LeaseSpec(holder=self.settings.identity, duration=self.settings.lease_duration,
                          acquired=self.lease.spec.acquired if self.lease is not None else stamp, renewed=stamp)
         try:
@@ -603,9 +714,8 @@ class _Member(_Replica):
                     lease = await leases.replace_lease(lease=self.lease, context=self.context, spec=spec,
                                                        labels=self.labels, annotations=annotations,
                                                        timeout=self.timeout)
-        except APIConflictError:
-            logger.warning("The member lease %s was changed by someone else: is another replica running with "
-                           "the identity %r? Retrying.", self.settings.member_lease_name, self.settings.identity)
+        except APIConflictError:  # created or changed meanwhile: the next listing tells by whom
+            logger.debug("The member lease %s has changed meanwhile; looking again.", self.settings.member_lease_name)
             return
         except APINotFoundError:
             self._lose("Our member lease is gone (the others took it for expired)")
@@ -733,14 +843,89 @@ class Peering:
         return PeeringError(f"Coordination with the other replicas has failed: {_describe(error)}")
 
 
+class ReplicaView:
+    """
+    What other parts of the operator may ask about the replicas: who keeps a shared object, who else is alive.
+
+    Made before the coordination starts (the admission webhooks start
+    earlier and stop later than the Leases); until :func:`peering` attaches
+    the running replica, this replica keeps nothing. A shared object (e.g.
+    the admission webhook configurations) is kept by the replica that would
+    handle an object of its key: the HA leader, or the shard that owns the
+    key by the ring -- fenced as objects are, so never two replicas at once.
+    """
+
+    def __init__(self) -> None:
+        self._peers: Peering | None = None
+        self._context: APIContext | None = None
+        self._attached = asyncio.Event()
+
+    def attach(self, peers: Peering, *, context: APIContext) -> None:
+        self._peers = peers
+        self._context = context  # the operator's own session: it outlives the Leases' thread
+        self._attached.set()
+
+    @property
+    def identity(self) -> str | None:
+        return self._peers.replica.settings.identity if self._peers is not None else None
+
+    def steward(self, key: str) -> bool:
+        return self._peers is not None and self._peers.gate.admits(key)
+
+    @property
+    def revision(self) -> int:
+        return self._peers.gate.revision if self._peers is not None else 0
+
+    async def revised(self, revision: int) -> None:
+        if self._peers is None:
+            await self._attached.wait()
+        else:
+            await self._peers.gate.revised(revision)
+
+    @property
+    def handover_timeout(self) -> float:
+        return float(self._peers.replica.settings.lease_duration) if self._peers is not None else 0.0
+
+    async def alone(self) -> bool:
+        """
+        At the exit (the Lease is given up): whether no other replica is alive.
+
+        Shards: no other live member in the last listing. HA: standbys hold no
+        Lease, so the released Lease is watched: a standby takes it within
+        a retry period or two; if nobody does, this replica was the last.
+        """
+        if self._peers is None or self._context is None:
+            return True
+        replica = self._peers.replica
+        if isinstance(replica, _Member):
+            return not replica.live_others
+        settings = replica.settings
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 2.5 * settings.retry_period  # a standby reads it every retry period
+        while True:
+            try:
+                lease = await leases.read_lease(context=self._context, namespace=settings.namespace,
+                                                name=settings.name, timeout=settings.request_timeout)
+            except _TRANSIENT as e:
+                logger.warning("Cannot read the lease %s/%s: %s.", settings.namespace, settings.name, _describe(e))
+                lease = None
+            holder = lease.spec.holder if lease is not None else None
+            if holder and holder != settings.identity:
+                return False
+            if loop.time() >= deadline:
+                return True
+            await asyncio.sleep(settings.retry_period / 4)
+
+
 @contextlib.asynccontextmanager
 async def peering(
         *,
         context: APIContext,
         config: PeeringConfig,
-        namespaces: Collection[str],
+        namespaces: Collection[NamespaceSpec],
         clusterwide: bool,
         stop: asyncio.Event,
+        view: ReplicaView | None = None,
 ) -> AsyncIterator[Peering | None]:
     """
     Coordinate with the other replicas while the operator runs; ``None`` for standalone operators.
@@ -772,6 +957,8 @@ async def peering(
     logger.info("Coordinating as %s (%s) through the lease(s) %r in the namespace %r.",
                 settings.identity, 'HA' if settings.mode == 'ha' else 'shards', settings.name, settings.namespace)
     peers = Peering(gate=gate, replica=replica, stop=stop)
+    if view is not None:
+        view.attach(peers, context=context)
     try:
         yield peers
     finally:

@@ -17,8 +17,10 @@ that no progress is lost:
   left out is reported there, and not named again here);
 * credentials refused also after logging in again (401), and a server that
   keeps throttling the operator (429) after the client has waited as often
-  as it was asked, end the cycle with one line; the handling is retried
-  later.
+  as it was asked, end the cycle with one line; the patch is kept, and the
+  next processing of the object re-sends it before anything else (so that
+  the handlers whose outcomes it carries do not run again), until it lands
+  or the object is gone.
 
 Anything else that goes wrong while an object is handled (a storage that
 raises, a bug) is reported with the object and the handlers that ran, and
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 from collections.abc import Mapping, MutableSet, Sequence
 from typing import Any
@@ -99,11 +102,24 @@ class ResourceWatch:
     indexes: OperatorIndexes | None = None  # the operator's indexes, for the handlers
     # The failures reported lately, not to be reported again for a while.
     repeats: failures.RepeatLimiter = dataclasses.field(default_factory=failures.RepeatLimiter)
+    # The patches that the API would not take for a while (401, 429), by object: re-sent before anything else.
+    unsent: dict[str, Unsent] = dataclasses.field(default_factory=dict)
     # The objects' own memos, copies of the operator's (made and kept only as they are used).
     memos: ObjectMemos = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, 'memos', ObjectMemos(self.memo))
+
+
+@dataclasses.dataclass(frozen=True)
+class Unsent:
+    """A handling's patch that could not be sent yet, with what its sending needs."""
+
+    patch: Patch
+    delay: float | None
+    essential: Patch | None
+    extras: tuple[str, ...]
+    fns: tuple[PatchFn, ...] = ()
 
 
 async def process_event(watch: ResourceWatch, raw_event: RawEvent, woken_up: bool) -> ProcessingOutcome:
@@ -130,10 +146,17 @@ async def _process(
         woken_up: bool,
         logger: ObjectLogger,
 ) -> ProcessingOutcome:
+    if raw_event.get('type') == 'DELETED':
+        watch.unsent.pop(key, None)  # nothing can be stored in a deleted object
+    unsent = watch.unsent.pop(key, None)
+    if unsent is not None:
+        logger.info("Sending the outcome of an earlier handling, which the API would not take then.")
+        return await _send(watch, key=key, body=body, patch=unsent.patch, delay=unsent.delay, logger=logger,
+                           essential=unsent.essential, extras=unsent.extras, fns=unsent.fns)
     if woken_up:
         patch = await cycle.touch(config=watch.config, body=body)
         if patch:
-            return await _send(watch, body=body, patch=patch, delay=None, logger=logger)
+            return await _send(watch, key=key, body=body, patch=patch, delay=None, logger=logger)
         # Storages without a touch marker: continue from the latest known state ourselves.
 
     first_seen = key not in watch.seen
@@ -143,7 +166,8 @@ async def _process(
         result = await cycle.handle_object(
             registry=watch.registry, config=watch.config, resource=watch.resource,
             event_type=raw_event.get('type'), body=body, first_seen=first_seen, memo=watch.memos.get(key),
-            logger=logger, stages=watch.stages, indexes=watch.indexes, resolved=watch.resource)
+            logger=logger, stages=watch.stages, indexes=watch.indexes, resolved=watch.resource,
+            send_early=functools.partial(_send_early, watch, body=body, logger=logger))
     except Exception:
         if first_seen:
             watch.seen.discard(key)  # the next attempt is still the first sight of it
@@ -157,7 +181,7 @@ async def _process(
                                 logger=logger)
     if not result.patch:
         return ProcessingOutcome(delay=result.delay)
-    return await _send(watch, body=body, patch=result.patch, delay=result.delay, logger=logger,
+    return await _send(watch, key=key, body=body, patch=result.patch, delay=result.delay, logger=logger,
                        essential=result.essential, extras=result.extras, fns=result.fns)
 
 
@@ -188,6 +212,7 @@ def _failed(
 async def _send(
         watch: ResourceWatch,
         *,
+        key: str,
         body: Body,
         patch: Patch,
         delay: float | None,
@@ -238,6 +263,7 @@ async def _send(
             continue
         except (APIUnauthorizedError, APITooManyRequestsError) as e:
             _give_up(watch, body, e, logger, f"{rejection} " if rejection else '', _unsendable(e, watch))
+            watch.unsent[key] = Unsent(patch=patch, delay=delay, essential=essential, extras=extras, fns=tuple(fns))
             return ProcessingOutcome(delay=REJECTED_PATCH_DELAY)
         except APIError as e:
             if isinstance(e, APIServerError) and not too_large(e):
@@ -311,6 +337,41 @@ async def _transform(
                              body=transformed)
 
 
+async def _send_early(
+        watch: ResourceWatch,
+        patch: Patch,
+        essential: Patch | None,
+        *,
+        body: Body,
+        logger: ObjectLogger,
+) -> Mapping[str, Any] | None:
+    """
+    Write the finished handlers' work while another handler runs long; once, without retries.
+
+    It is an early copy of what the cycle's own patch sends anyway: if it
+    fails, nothing is lost but the earliness, so it is only logged. A part
+    that the server refuses is left out, as in the cycle's own patch. Gives
+    the object as the write has left it (``None`` if it did not land).
+    """
+    name, namespace = body.metadata.name or '', body.metadata.namespace
+    for attempt in (patch, essential):
+        if not attempt:
+            continue
+        try:
+            return await patching.patch_obj(context=watch.context, resource=watch.resource, namespace=namespace,
+                                            name=name, patch=attempt, logger=logger)
+        except APIError as e:
+            if isinstance(e, (APIServerError, APIUnauthorizedError, APITooManyRequestsError)):
+                logger.debug("The early write has failed (%s); the cycle's patch will carry it.", e)
+                return None
+            logger.debug("The early write was refused (%s)%s.", e, "; trying the progress alone" if attempt is patch
+                         and essential else "; the cycle's patch will carry it")
+        except (APIConnectionError, aiohttp.ClientError, asyncio.TimeoutError) as e:
+            logger.debug("The early write has failed (%s); the cycle's patch will carry it.", e)
+            return None
+    return None
+
+
 def _give_up(watch: ResourceWatch, body: Body, error: APIError, logger: ObjectLogger, *parts: str) -> None:
     """Report a patch that cannot be sent for now; the same refusal of the same object only now and then."""
     key = (body.metadata.uid or body.describe(), 'refused', type(error).__name__, error.status)
@@ -344,11 +405,11 @@ def _unsendable(error: APIError, watch: ResourceWatch) -> str:
     """One line for a patch that the server will not take for a while: refused credentials, or throttling."""
     if isinstance(error, APIUnauthorizedError):
         return (f"Cannot store the outcome of the handling: the Kubernetes API refuses the operator's credentials, "
-                f"also after logging in again ({_explain(error)}). Retrying the handling in {REJECTED_PATCH_DELAY:g}s; "
+                f"also after logging in again ({_explain(error)}). Sending it again in {REJECTED_PATCH_DELAY:g}s; "
                 f"check the credentials (or the login handlers).")
     return (f"Cannot store the outcome of the handling: the Kubernetes API keeps throttling the operator "
             f"({_explain(error)}), also after waiting {watch.context.throttle_retries} times as it asked. "
-            f"Retrying the handling in {REJECTED_PATCH_DELAY:g}s. If this repeats, lower "
+            f"Sending it again in {REJECTED_PATCH_DELAY:g}s. If this repeats, lower "
             f"config.batching.worker_limit, or ask for more API priority for the operator (a FlowSchema).")
 
 

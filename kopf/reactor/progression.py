@@ -12,6 +12,7 @@ so that delays, timeouts and ``runtime`` can be checked exactly in tests.
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import time
@@ -36,6 +37,9 @@ class Clock(Protocol):
     def monotonic(self) -> float:
         """Seconds on a clock that never goes back: for measuring durations within one process."""
 
+    async def sleep(self, seconds: float) -> None:
+        """Wait for this many seconds of this clock (a test's clock waits until it is moved that far)."""
+
 
 class SystemClock:
     """The real clock."""
@@ -45,6 +49,9 @@ class SystemClock:
 
     def monotonic(self) -> float:
         return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
 
 
 SYSTEM_CLOCK: Clock = SystemClock()

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import inspect
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
-from kopf.errors import DuplicateHandlerError, ErrorsMode
+from kopf.errors import DuplicateHandlerError, ErrorsMode, HandlerSignatureError
 from kopf.reactor import filters, invocation
 from kopf.reactor.causation import Reason
 from kopf.structs import dicts
@@ -62,6 +63,7 @@ class BaseHandler:
     def __post_init__(self) -> None:
         """Options are checked when a handler is declared, not when it first runs (and fails every time)."""
         check_id(self.id, self.fn)
+        check_signature(self.fn)
         if self.errors is not None and not isinstance(self.errors, ErrorsMode):
             try:  # Kopf's users sometimes write errors='permanent': take it, as it is unambiguous
                 object.__setattr__(self, 'errors', ErrorsMode(self.errors))
@@ -84,6 +86,36 @@ def check_id(handler_id: Any, fn: Callable[..., Any] | None) -> None:
     if not handler_id.strip():
         raise ValueError(f"A handler's id= must not be empty, got {handler_id!r} (for {_fn_name(fn)}). "
                          f"Leave it out to use the function's name.")
+
+
+def check_signature(fn: Callable[..., Any]) -> None:
+    """
+    A handler is called with keyword arguments only, and with many of them: it must take ``**kwargs``.
+
+    Every handler gets more keyword arguments than it names (``body``,
+    ``spec``, ``logger``, ... and more in later versions), as in Kopf: a
+    function without ``**kwargs`` -- or with a positional-only parameter
+    that has no default -- would fail at every call, so it is refused when
+    it is declared, with its name.
+    """
+    if not callable(fn):
+        raise HandlerSignatureError(f"A handler must be a function, got {type(fn).__name__}: {fn!r}.")
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return  # no signature to judge by (some builtins and C callables): it is tried at the call
+    where = _fn_name(fn)
+    if not any(p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters):
+        names = ', '.join(p.name for p in parameters if p.kind != inspect.Parameter.VAR_POSITIONAL)
+        raise HandlerSignatureError(
+            f"The handler {where}({names}) cannot take the keyword arguments that every handler gets: "
+            f"add **kwargs (or **_) to its parameters.")
+    positional = [p.name for p in parameters
+                  if p.kind == inspect.Parameter.POSITIONAL_ONLY and p.default is inspect.Parameter.empty]
+    if positional:
+        raise HandlerSignatureError(
+            f"The handler {where} has positional-only parameters without defaults ({', '.join(positional)}), "
+            f"but handlers get keyword arguments only: make them keyword parameters.")
 
 
 def _fn_name(fn: Callable[..., Any] | None) -> str:

@@ -14,12 +14,18 @@ import functools
 import logging
 import signal
 import threading
-from collections.abc import AsyncIterator, Collection, Coroutine
+from collections.abc import AsyncIterator, Callable, Collection, Coroutine
 from typing import Any
 
-from kopf.clients import auth, discovery, events, watching
+from kopf.clients import auth, events, watching
 from kopf.clients.auth import APIContext
-from kopf.clients.errors import APIConnectionError, APIError, APIForbiddenError, describe_api_failure
+from kopf.clients.errors import (
+    APIConnectionError,
+    APIError,
+    APIForbiddenError,
+    APINotFoundError,
+    describe_api_failure,
+)
 from kopf.clients.objects import ObjectsClient
 from kopf.config import OperatorConfig, PostingConfig
 from kopf.engines import allocation, posting, probing
@@ -29,6 +35,8 @@ from kopf.reactor import (
     daemons,
     fencing,
     indexing,
+    observation,
+    orchestration,
     peering,
     preflight,
     probes,
@@ -41,6 +49,7 @@ from kopf.storage import cluster
 from kopf.storage.errors import StorageError
 from kopf.structs.credentials import AiohttpSession, ConnectionInfo
 from kopf.structs.ephemera import Memo
+from kopf.structs.namespaces import NamespacePatternError, NamespaceScope, NamespaceSpec
 from kopf.structs.resources import Resource, Selector
 
 logger = logging.getLogger('kopf.reactor.running')
@@ -88,8 +97,8 @@ async def operator(
         config: OperatorConfig | None = None,
         settings: OperatorConfig | None = None,
         memo: Any = None,
-        namespaces: Collection[str] = (),
-        namespace: str | None = None,
+        namespaces: Collection[NamespaceSpec] = (),
+        namespace: NamespaceSpec | None = None,
         clusterwide: bool = False,
         standalone: bool = False,
         ha: bool = False,
@@ -118,8 +127,8 @@ async def spawn_tasks(
         config: OperatorConfig | None = None,
         settings: OperatorConfig | None = None,
         memo: Any = None,
-        namespaces: Collection[str] = (),
-        namespace: str | None = None,
+        namespaces: Collection[NamespaceSpec] = (),
+        namespace: NamespaceSpec | None = None,
         clusterwide: bool = False,
         standalone: bool = False,
         ha: bool = False,
@@ -146,6 +155,11 @@ async def spawn_tasks(
     if config is not None and settings is not None and config is not settings:
         raise TypeError("Pass the operator's settings either as settings= or as config=, not both.")
     namespaces = (*namespaces, namespace) if namespace is not None else tuple(namespaces)
+    clusterwide = clusterwide or not namespaces
+    try:
+        scope = None if clusterwide else NamespaceScope.parse(namespaces)
+    except NamespacePatternError as e:
+        raise OperatorError(str(e)) from None
     config = config or settings or OperatorConfig()
     _configure_peering(config, standalone=standalone, ha=ha, shards=shards, name=peering_name,
                        namespace=peering_namespace, identity=identity, priority=priority)
@@ -154,7 +168,7 @@ async def spawn_tasks(
         config=config,
         memo=memo if memo is not None else Memo(),
         namespaces=tuple(namespaces),
-        clusterwide=clusterwide or not namespaces,
+        scope=scope,
         liveness_endpoint=liveness_endpoint,
         stop_flag=stop_flag,
         ready_flag=ready_flag,
@@ -221,12 +235,14 @@ async def _serve(
         registry: OperatorRegistry,
         config: OperatorConfig,
         memo: Any,
-        namespaces: tuple[str, ...],
-        clusterwide: bool,
+        namespaces: tuple[NamespaceSpec, ...],
+        scope: NamespaceScope | None,
         liveness_endpoint: str | None,
         stop_flag: StopFlag | None,
         ready_flag: StopFlag | None,
 ) -> None:
+    """Run one operator: ``scope`` is what ``namespaces`` serve, ``None`` for all namespaces (cluster-wide)."""
+    clusterwide = scope is None
     stop = asyncio.Event()
     health = probing.Health()
     indexes = indexing.OperatorIndexes(registry)
@@ -249,21 +265,23 @@ async def _serve(
                     relogin = functools.partial(_login, registry=registry, config=config, memo=memo, indexes=indexes)
                     context = await stack.enter_async_context(_api_context(info, config=config, relogin=relogin))
                     await stack.enter_async_context(_storages(config, context=context))
-                    resources = await _resolve(context, registry.selectors)
-                    await preflight.check_persistence(context=context, resources=resources.values(),
+                    insights = await stack.enter_async_context(observation.observing(
+                        context=context, selectors=registry.selectors, config=config, scope=scope, stop=stop))
+                    await preflight.check_persistence(context=context, resources=insights.resources.values(),
                                                       persistence=config.persistence)
                     admitted = await _resolve(context, registry.admission_selectors)
+                    view = peering.ReplicaView() if config.peering.mode != 'standalone' else None
                     await stack.enter_async_context(serving.admission_webhooks(
                         context=context, registry=registry, resources=admitted, config=config, memo=memo,
-                        stop=stop, namespaces=None if clusterwide else namespaces, indexes=indexes))
+                        stop=stop, namespaces=_webhook_namespaces(scope), indexes=indexes,
+                        served=_served_namespaces(scope, insights), replicas=view))
                     peers = await stack.enter_async_context(peering.peering(
                         context=context, config=config.peering, namespaces=namespaces,
-                        clusterwide=clusterwide, stop=stop))
-                    await _watch_all(context=context, resources=resources, registry=registry, config=config,
-                                     memo=memo, namespaces=(None,) if clusterwide else namespaces,
-                                     stop=stop, ready_flag=ready_flag, health=health, peers=peers,
+                        clusterwide=clusterwide, stop=stop, view=view))
+                    await _watch_all(context=context, insights=insights, registry=registry, config=config,
+                                     memo=memo, stop=stop, ready_flag=ready_flag, health=health, peers=peers,
                                      indexes=indexes)
-            except (serving.AdmissionSetupError, StorageError) as e:
+            except (serving.AdmissionSetupError, StorageError, observation.ObservationError) as e:
                 raise OperatorError(str(e)) from e
             except peering.PeeringError as e:
                 raise OperatorError(str(e)) from None
@@ -338,49 +356,49 @@ def _api_context(info: ConnectionInfo | AiohttpSession, *, config: OperatorConfi
                       idle_timeout=networking.idle_connection_timeout)
 
 
+def _webhook_namespaces(scope: NamespaceScope | None) -> Collection[str] | None:
+    """
+    The namespaces that the admission webhooks are limited to (``None``: all of them).
+
+    A webhook configuration selects namespaces by their names' label, which
+    knows no patterns: with patterns, the webhooks are not limited.
+    """
+    if scope is None or scope.inexact:
+        return None
+    return sorted(scope.exact_names)
+
+
+def _served_namespaces(scope: NamespaceScope | None, insights: observation.Insights) -> Callable[[str], bool] | None:
+    """With namespace patterns, the admission reviews of the namespaces served now, as the watches are."""
+    if scope is None or not scope.inexact:
+        return None
+    return lambda namespace: namespace in insights.namespaces
+
+
 async def _resolve(context: APIContext, selectors: Collection[Selector]) -> dict[Selector, Resource]:
     """
-    Resolve every resource of the handlers; an unknown one stops the operator with its name.
+    Resolve the resources of the admission handlers (once, at the start); an unknown one stops the operator.
 
     The selectors of many resources (``kopf.EVERYTHING``, categories,
     callables) add every other served resource that they select (each under
     a selector of its own), so that no resource is watched twice.
     """
-    resolved: dict[Selector, Resource] = {}
-    for selector in selectors:
-        if not selector.is_specific:
-            continue
-        try:
-            resolved[selector] = await discovery.resolve(context=context, selector=selector)
-        except (discovery.ResourceNotFoundError, discovery.AmbiguousResourceError) as e:
-            raise OperatorError(f"Cannot serve the resource {selector}: {e}") from e
-        logger.info("Serving %s as %s.", selector, resolved[selector])
-    multiple = [selector for selector in selectors if not selector.is_specific]
-    if multiple:
-        # A resource is watched in one version, unless a callable chooses several versions itself.
-        served: set[tuple[str, ...]] = {(resource.group, resource.plural) for resource in resolved.values()}
-        served |= {(resource.group, resource.plural, resource.version) for resource in resolved.values()}
-        scanned = await discovery.scan(context=context, all_versions=any(s.predicate for s in multiple))
-        for selector in multiple:
-            picked = discovery.select(selector, scanned)
-            keys = {resource: (resource.group, resource.plural) + ((resource.version,) if selector.predicate else ())
-                    for resource in picked}
-            others = [resource for resource in picked if keys[resource] not in served]
-            for resource in others:
-                resolved[Selector(group=resource.group, version=resource.version, plural=resource.plural)] = resource
-                served.add(keys[resource])
-            logger.info("Serving %s: %d more resources.", selector, len(others))
-    return resolved
+    resolution = await observation.resolve(context, selectors)
+    for selector in resolution.unresolved:
+        raise OperatorError(f"Cannot serve the admission webhooks of the resource {selector}: the cluster does not "
+                            f"serve it. Is its CustomResourceDefinition installed, and is the name spelled right?")
+    for selector, message in resolution.ambiguous.items():
+        raise OperatorError(f"Cannot serve the resource {selector}: {message}")
+    return dict(resolution.resources)
 
 
 async def _watch_all(
         *,
         context: APIContext,
-        resources: dict[Selector, Resource],
+        insights: observation.Insights,
         registry: OperatorRegistry,
         config: OperatorConfig,
         memo: Any,
-        namespaces: Collection[str | None],
         stop: asyncio.Event,
         ready_flag: StopFlag | None,
         health: probing.Health | None = None,
@@ -388,9 +406,11 @@ async def _watch_all(
         indexes: indexing.OperatorIndexes | None = None,
 ) -> None:
     """
-    Watch every resource in every namespace, and post events, until stopped.
+    Watch every served resource in every served namespace, and post events, until stopped.
 
-    With replicas (``peers``), only what the gate permits is handled, and on
+    The streams follow the insights: they start and stop as resources and
+    namespaces appear and go (:mod:`~kopf.reactor.orchestration`). With
+    replicas (``peers``), only what the gate permits is handled, and on
     stopping, the running cycles finish while the Lease is still held.
     """
     queue: asyncio.Queue[posting.K8sEvent] = asyncio.Queue()
@@ -401,91 +421,103 @@ async def _watch_all(
     handler = posting.PostingHandler(settings=lambda: config.posting)
     logging.getLogger('kopf.objects').addHandler(handler)
     gate = peers.gate if peers is not None else None
-    watch_stop = stop if peers is None else asyncio.Event()  # with peers: only after stepping down
     handling_context = context if gate is None else fencing.FencedAPIContext(context, gate)
     if gate is not None:  # storages in the cluster write to it under the same fence as the handling cycles
         cluster.provide([config.persistence.progress_storage, config.persistence.diffbase_storage],
                         cluster.ClusterAccess(ObjectsClient(handling_context)))
-    keepers: list[daemons.Daemons] = []  # the daemons and timers of every watch, stopped at exit
     indexes = indexes if indexes is not None else indexing.OperatorIndexes(registry)
-    # One watch per served resource, however many selectors name it: its handlers are found by the resource.
-    first_selectors: dict[Resource, Selector] = {}
-    for selector, resource in resources.items():
-        first_selectors.setdefault(resource, selector)
-    streams = [(selector, resource, namespace if resource.namespaced else None)
-               for resource, selector in first_selectors.items()
-               for namespace in (namespaces if resource.namespaced else (None,))]
-    for selector, resource, namespace in streams:
-        if registry.get_indexing_handlers(resource):
-            indexes.expect((selector, namespace))  # before any stream starts: handlers wait for all
-    watchers = [
-        asyncio.create_task(_watch_one(
-            processing.ResourceWatch(context=handling_context, resource=resource, selector=selector,
-                                     registry=registry, config=config, memo=memo, indexes=indexes,
-                                     stages=_stages(registry, selector, resource, handling_context, keepers,
-                                                    gate=gate)),
-            namespace=namespace, stop=watch_stop, gate=gate))
-        for selector, resource, namespace in streams
-    ]
-    watched: dict[asyncio.Task[Any], tuple[Resource, str | None]] = {
-        task: (resource, namespace) for task, (_, resource, namespace) in zip(watchers, streams)}
+
+    def spawn(stream: orchestration.Stream, until: asyncio.Event) -> tuple[asyncio.Task[None], daemons.Daemons | None]:
+        keeper = _keeper(registry, stream.resource, handling_context, gate=gate)
+        watch = processing.ResourceWatch(context=handling_context, resource=stream.resource, selector=stream.selector,
+                                         registry=registry, config=config, memo=memo, indexes=indexes,
+                                         stages=cycle.STAGES if keeper is None else (*cycle.STAGES, keeper))
+        task = asyncio.create_task(_watch_one(watch, namespace=stream.namespace, stop=until, gate=gate,
+                                              insights=insights), name=f"kopf watch of {stream}")
+        return task, keeper
+
+    streams = orchestration.Streams(spawn=spawn, exit_timeout=GRACEFUL_EXIT_TIMEOUT,
+                                    daemons_timeout=config.background.exit_timeout, indexes=indexes)
+    initial = orchestration.desired_streams(insights.resources, insights.namespaces)
+    for stream in initial:
+        if registry.get_indexing_handlers(stream.resource):
+            indexes.expect(stream.listing)  # before any stream starts: handlers wait for all of the start
+    insights.revised.clear()
+    streams.follow(initial)
     if health is not None:
-        health.watching(watchers)
+        health.watching(streams.tasks)
     if ready_flag is not None:
         ready_flag.set()
     closing: asyncio.Task[Any] | None = None
     try:
-        stopped = asyncio.create_task(stop.wait())
-        done, _ = await asyncio.wait([stopped, *watchers], return_when=asyncio.FIRST_COMPLETED)
-        closing = _close_daemons(keepers, config)  # they stop while the watchers wind down
+        failure = await _follow(streams, insights, stop)
+        closing = asyncio.create_task(streams.close_daemons(), name='kopf stopping daemons')
         if peers is not None:
             await asyncio.wait([closing])  # the next owner must not start them while ours still run
             await peers.step_down(timeout=config.batching.exit_timeout)
         stop.set()
-        watch_stop.set()
-        failed = [task for task in done if task is not stopped and task.exception() is not None]
-        await asyncio.wait_for(asyncio.gather(*watchers, return_exceptions=True), GRACEFUL_EXIT_TIMEOUT)
-        if failed:
-            error = failed[0].exception()
+        streams.stop()
+        await streams.wait(timeout=GRACEFUL_EXIT_TIMEOUT)
+        if failure is not None:
+            error = failure[1].exception()
             assert error is not None
-            raise OperatorError(watch_failure(error, *watched[failed[0]])) from error
+            raise OperatorError(watch_failure(error, failure[0].resource, failure[0].namespace)) from error
     finally:
-        for task in watchers:
-            task.cancel()
-        await asyncio.gather(*watchers, return_exceptions=True)
-        await (closing or _close_daemons(keepers, config))
+        await streams.cancel()
+        await (closing or streams.close_daemons())
         logging.getLogger('kopf.objects').removeHandler(handler)
         await _drain(queue, timeout=1.0)
         poster.cancel()
         await asyncio.gather(poster, return_exceptions=True)
 
 
-def _stages(
+async def _follow(
+        streams: orchestration.Streams,
+        insights: observation.Insights,
+        stop: asyncio.Event,
+) -> tuple[orchestration.Stream, asyncio.Task[Any]] | None:
+    """
+    Start and stop the streams as the insights change, until stopped or until a stream fails.
+
+    Returns the failed stream and its task, if one has failed (the operator
+    then stops); a stream that has ended by itself (its resource gone for
+    good) is cleaned up, and the rest go on.
+    """
+    stopped = asyncio.create_task(stop.wait(), name='kopf waiting for the stop')
+    try:
+        while not stop.is_set():
+            revised = asyncio.create_task(insights.revised.wait(), name='kopf waiting for the insights')
+            try:
+                done, _ = await asyncio.wait([stopped, revised, *streams.tasks], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                revised.cancel()
+            for task in done:
+                stream = streams.stream_of(task)
+                if stream is None:
+                    continue
+                if not task.cancelled() and task.exception() is not None:
+                    return stream, task
+                streams.ended(task)
+            if insights.revised.is_set() and not stop.is_set():
+                insights.revised.clear()
+                streams.follow(orchestration.desired_streams(insights.resources, insights.namespaces))
+        return None
+    finally:
+        stopped.cancel()
+
+
+def _keeper(
         registry: OperatorRegistry,
-        selector: Selector,
         resource: Resource,
         context: APIContext,
-        keepers: list[daemons.Daemons],
         *,
         gate: fencing.Gate | None,
-) -> tuple[cycle.Stage, ...]:
-    """What runs on every event of the resource: the event handlers, and its daemons and timers if it has any."""
+) -> daemons.Daemons | None:
+    """The keeper of the stream's daemons and timers, if its resource has any."""
     if not registry.has_spawning_handlers(resource):
-        return cycle.STAGES
-    keeper = daemons.Daemons(patcher=functools.partial(daemons.patch_object, context=context, resource=resource),
-                             permit=gate.admits if gate is not None else None)
-    keepers.append(keeper)
-    return (*cycle.STAGES, keeper)
-
-
-def _close_daemons(keepers: list[daemons.Daemons], config: OperatorConfig) -> asyncio.Task[Any]:
-    timeout = config.background.exit_timeout
-    return asyncio.create_task(_gather(*(keeper.close(timeout=timeout) for keeper in keepers)),
-                               name='kopf stopping daemons')
-
-
-async def _gather(*aws: Any) -> None:
-    await asyncio.gather(*aws)
+        return None
+    return daemons.Daemons(patcher=functools.partial(daemons.patch_object, context=context, resource=resource),
+                           fence=gate)
 
 
 def watch_failure(error: BaseException, resource: Resource, namespace: str | None) -> str:
@@ -505,6 +537,47 @@ async def _watch_one(
         namespace: str | None,
         stop: asyncio.Event,
         gate: fencing.Gate | None = None,
+        insights: observation.Insights | None = None,
+) -> None:
+    """
+    Watch one resource in one namespace (or cluster-wide) and handle its objects, until stopped.
+
+    A ``404`` means that the resource is not served any more (its CRD is
+    being deleted, or has just been re-created and is not served yet). When
+    the resources are kept current, the watch asks for them to be resolved
+    anew and tries again from time to time, until it is stopped (the
+    resource is gone) or the resource is served again; otherwise it stops
+    with one warning, and the rest of the operator goes on.
+    """
+    where = f"{watch.resource}" + (f" in {namespace!r}" if namespace is not None else " cluster-wide")
+    settings = watch.config.watching
+    delay = settings.reconnect_backoff
+    while not stop.is_set():
+        try:
+            await _handle_stream(watch, namespace=namespace, stop=stop, gate=gate)
+            return
+        except APINotFoundError as e:
+            if insights is None or not insights.scanning:
+                logger.warning("Watching %s has stopped: the cluster does not serve %s any more (%s); its CRD is "
+                               "probably deleted. It is watched again after the operator restarts%s.", where,
+                               watch.resource.plural, e, "" if insights is None else
+                               " (resources that appear later are noticed only when the CRDs can be watched and "
+                               "settings.scanning.disabled is not set)")
+                return
+            insights.suspect(watch.resource)
+            logger.debug("Watching %s has met a 404 (%s); trying again in %gs unless the resource is gone.",
+                         where, e, delay)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=delay)
+        delay = min(delay * 2, max(settings.max_reconnect_backoff, settings.reconnect_backoff))
+
+
+async def _handle_stream(
+        watch: processing.ResourceWatch,
+        *,
+        namespace: str | None,
+        stop: asyncio.Event,
+        gate: fencing.Gate | None,
 ) -> None:
     indexes = watch.indexes
     listing = (watch.selector, namespace)

@@ -29,13 +29,24 @@ Every outcome is handed to the cycle's persistence right after its attempt,
 and the start of handlers never seen before right before they run: a
 storage in the object collects them for the cycle's one patch, a storage
 outside of it writes them at once.
+
+**Finished work is persisted before another handler runs long**
+(:class:`Durability`): quick handlers share the cycle's one patch, but when a
+handler or sub-handler starts after others have finished in this cycle and
+runs for longer than the budget, what the finished ones did -- their
+progress, results and changes, as they were when it started -- is written
+while it runs, so that a crash during the long run does not run them again.
+The same holds while a parent runs on after some of its sub-handlers have
+finished.
 """
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import datetime
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import Any
 
 from kopf.errors import HandlerChildrenRetry, PermanentError
@@ -69,6 +80,70 @@ class Budget:
         return self.spent >= self.limit
 
 
+# Sends what was finished when a snapshot was taken; says whether it has landed.
+Sender = Callable[[], Coroutine[Any, Any, bool]]
+# Takes a snapshot of what the cycle would persist now (cheaply); ``None`` if there is nothing to send.
+Checkpoint = Callable[[], Sender | None]
+
+
+class Durability:
+    """
+    Finished outcomes are written early when the next handler runs long (see the module's docstring).
+
+    :meth:`arm` is called whenever a handler is about to run with finished
+    outcomes not yet written: a snapshot is taken, and if the handler is
+    still running ``limit`` seconds later (on the cycle's clock), the
+    snapshot is sent. A snapshot supersedes the previous one. Sends run to
+    their end even if the handler finishes meanwhile; :meth:`close` waits for
+    them, so that the cycle's own patch comes after.
+    """
+
+    def __init__(self, *, limit: float, clock: Clock, checkpoint: Checkpoint | None = None) -> None:
+        self._limit = limit
+        self._clock = clock
+        self._checkpoint = checkpoint
+        self._pending = False  # finished outcomes that were not written yet
+        self._timer: asyncio.Task[None] | None = None
+        self._sends: set[asyncio.Task[bool]] = set()
+
+    def recorded(self) -> None:
+        """An outcome is kept: it goes with the cycle's patch, or with the next snapshot."""
+        self._pending = True
+
+    def arm(self) -> None:
+        """A handler runs now: if it runs long, what has finished before it is written."""
+        self.disarm()
+        if self._checkpoint is None or not self._pending:
+            return
+        send = self._checkpoint()
+        if send is not None:
+            self._timer = asyncio.create_task(self._send_later(send), name='kopf: persisting finished handlers')
+
+    def disarm(self) -> None:
+        """No handler runs any more (for now): the cycle's own patch is near."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    async def close(self) -> None:
+        """Stop waiting, and let the sends that have begun land first."""
+        self.disarm()
+        if self._sends:
+            await asyncio.gather(*self._sends, return_exceptions=True)
+
+    async def _send_later(self, send: Sender) -> None:
+        await self._clock.sleep(self._limit)
+        self._pending = False  # unless the send fails, or other outcomes come meanwhile
+        task = asyncio.create_task(send(), name='kopf: persisting finished handlers')
+        self._sends.add(task)
+        task.add_done_callback(self._sent)
+
+    def _sent(self, task: asyncio.Task[bool]) -> None:
+        self._sends.discard(task)
+        if task.cancelled() or task.exception() is not None or not task.result():
+            self._pending = True
+
+
 @dataclasses.dataclass(frozen=True)
 class Batch:
     """What all the handler runs of one cycle share."""
@@ -81,6 +156,8 @@ class Batch:
     logger: Logger
     clock: Clock
     results: dict[HandlerId, Any] = dataclasses.field(default_factory=dict)  # successful handlers' results
+    durability: Durability | None = None  # writes finished outcomes early when the next handler runs long
+    nested: bool = False  # the handlers are sub-handlers: their parent runs on after them
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,11 +237,29 @@ async def _run_due(
             if attempted and batch.budget.exhausted:
                 break
             attempted.add(handler.id)
-            outcome = await _run_one(handler, state[handler.id], batch=batch)
+            with _guarded(batch):
+                outcome = await _run_one(handler, state[handler.id], batch=batch)
             state = state.with_outcomes({handler.id: outcome})
             await batch.persistence.keep(handler.id, state[handler.id].as_record())
             await batch.persistence.sync()
+            if batch.durability is not None:
+                batch.durability.recorded()
+    if batch.durability is not None and batch.nested:
+        batch.durability.arm()  # the parent runs on after its sub-handlers: if long, they are written
     return Round(state=state)
+
+
+@contextlib.contextmanager
+def _guarded(batch: Batch) -> Iterator[None]:
+    """While a handler runs, the finished ones are written if it runs long; not once it has returned."""
+    if batch.durability is None:
+        yield
+        return
+    batch.durability.arm()
+    try:
+        yield
+    finally:
+        batch.durability.disarm()
 
 
 def _choose(
@@ -199,7 +294,7 @@ def _choose(
 
 async def _run_one(handler: ChangingHandler, past: HandlerState, *, batch: Batch) -> HandlerOutcome:
     """One attempt of one handler; its sub-handlers run inside it, with the parent's view of the object."""
-    children_batch = dataclasses.replace(batch, arguments=batch.arguments.for_handler(handler))
+    children_batch = dataclasses.replace(batch, arguments=batch.arguments.for_handler(handler), nested=True)
     stopwatch = invocation.Stopwatch(batch.clock.monotonic)
 
     async def children(subhandlers: Sequence[ChangingHandler], lifecycle: LifeCycleFn | None) -> None:

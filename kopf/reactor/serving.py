@@ -9,6 +9,20 @@ selectors and policies derived from the handlers' options. On a graceful
 exit, the configurations lose their non-persistent webhooks (and are deleted
 when none are left) before the server stops, so that a stopped operator does
 not block the cluster's requests.
+
+Replicas (``--ha``/``--shards``) share one pair of configurations, and every
+replica serves the webhooks. One replica at a time keeps them -- the
+*steward*, chosen as if the configurations were an object to handle: the HA
+leader, or the shard that owns them by the ring (fenced like any object, so
+never two at once). The steward names itself in them
+(:data:`STEWARD_ANNOTATION`) and writes them only when they are absent or
+differ in substance from what it would write (:func:`same_substance`):
+replicas behind one Service (one client config for all) never rewrite them,
+and replicas with endpoints of their own rewrite them once per change of the
+steward, never back and forth. A replica that exits removes them only if it
+is the steward and no other replica is alive; otherwise it keeps serving
+until another replica has taken them over (or a Lease duration has passed),
+so that requests do not go to a server that has stopped.
 """
 from __future__ import annotations
 
@@ -19,12 +33,12 @@ import hashlib
 import logging
 import re
 import urllib.parse
-from collections.abc import AsyncIterator, Collection, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from typing import Any, Protocol
 
 from kopf.clients import webhooks as configurations
 from kopf.clients.auth import APIContext
-from kopf.clients.errors import APIConnectionError, APIError
+from kopf.clients.errors import APIConnectionError, APIError, APIForbiddenError
 from kopf.config import OperatorConfig
 from kopf.engines import webhooks
 from kopf.reactor import admission
@@ -38,6 +52,12 @@ logger = logging.getLogger('kopf.reactor.serving')
 # How long the exit may take to remove the webhooks from the configurations.
 CLEANUP_TIMEOUT = 10.0
 
+# On the configurations kept by replicas: the identity of the replica that keeps them.
+STEWARD_ANNOTATION = 'kopf.dev/steward'
+
+# How often an exiting replica looks whether another one has taken the configurations over.
+HANDOVER_POLLING = 0.25
+
 _DNS_LABEL = r'[a-z0-9]([-a-z0-9]*[a-z0-9])?'
 _MANAGED_RE = re.compile(rf'^{_DNS_LABEL}(\.{_DNS_LABEL})+$')
 _LABEL_VALUE_RE = re.compile(r'^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$')
@@ -46,6 +66,41 @@ _LABEL_NAME_RE = re.compile(r'^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$')
 
 class AdmissionSetupError(Exception):
     """The admission webhooks cannot be served as configured; the message says what to change."""
+
+
+class Replicas(Protocol):
+    """
+    What the managed configurations need to know of the operator's replicas.
+
+    Implemented by :class:`kopf.reactor.peering.ReplicaView`; a protocol, so
+    that admission knows nothing of how replicas coordinate.
+    """
+
+    @property
+    def identity(self) -> str | None:
+        """This replica's identity; ``None`` until it coordinates."""
+
+    def steward(self, key: str) -> bool:
+        """Whether this replica keeps the shared object of this key now (never two replicas at once)."""
+
+    @property
+    def revision(self) -> int:
+        """Grows whenever the stewardship may have changed."""
+
+    async def revised(self, revision: int) -> None:
+        """Wait until the revision differs from the given one."""
+
+    async def alone(self) -> bool:
+        """At the exit, after the Lease is given up: whether no other replica is alive."""
+
+    @property
+    def handover_timeout(self) -> float:
+        """How long another replica may take to take over what this one kept."""
+
+
+def steward_key(managed: str) -> str:
+    """The key by which replicas choose the steward of the managed configurations."""
+    return f'admission:{managed}'
 
 
 @contextlib.asynccontextmanager
@@ -59,13 +114,18 @@ async def admission_webhooks(
         namespaces: Collection[str] | None,
         stop: asyncio.Event,
         indexes: Mapping[str, Any] | None = None,
+        replicas: Replicas | None = None,
+        served: Callable[[str], bool] | None = None,
 ) -> AsyncIterator[None]:
     """
     Serve the admission webhooks (if there are admission handlers) while the block runs.
 
     ``namespaces`` limits the webhooks to those namespaces (``None``: the
-    whole cluster). A server that fails or exits sets ``stop`` and makes the
-    block raise :class:`AdmissionSetupError` at its end.
+    whole cluster); ``served``, if given, tells the served namespaces apart
+    where the configuration cannot (namespace patterns). A server that fails
+    or exits sets ``stop`` and makes the block raise
+    :class:`AdmissionSetupError` at its end. With ``replicas``, only the
+    steward keeps the managed configurations (see the module's docs).
     """
     server = config.admission.server
     if not registry.has_admission_handlers():
@@ -78,7 +138,7 @@ async def admission_webhooks(
     check_settings(server=server, managed=managed)
     assert server is not None
     fn = functools.partial(admission.serve_admission_request, registry=registry, resources=resources,
-                           config=config, memo=memo, indexes=indexes)
+                           config=config, memo=memo, indexes=indexes, served=served)
     layout = functools.partial(build_webhooks, registry, resources, managed=managed or '', namespaces=namespaces)
     endpoints: asyncio.Queue[WebhookClientConfig] = asyncio.Queue()
     token = webhooks.api_server_var.set(context.server)
@@ -91,7 +151,13 @@ async def admission_webhooks(
     configured: list[WebhookClientConfig] = []  # the endpoints in the cluster's configurations, the last one last
     try:
         first = await _first_endpoint(server, server_task, endpoints, stop)
-        if first is not None:
+        if first is not None and replicas is not None and managed:
+            configured.append(first)
+            keeper = asyncio.create_task(
+                _steward(context, managed, layout, replicas, server_task, endpoints, stop, failure, configured,
+                         recheck=float(config.peering.lease_duration)),
+                name='kopf webhook configurations')
+        elif first is not None:
             await _configure(context, managed, layout, first, configured)
             keeper = asyncio.create_task(
                 _keep(context, managed, layout, server_task, endpoints, stop, failure, configured),
@@ -101,7 +167,9 @@ async def admission_webhooks(
         if keeper is not None:
             keeper.cancel()
             await asyncio.gather(keeper, return_exceptions=True)
-        if managed and configured:
+        if managed and configured and replicas is not None:
+            await _leave(context, managed, layout, replicas, configured[-1])
+        elif managed and configured:
             await _unconfigure(context, managed, layout, configured[-1])
         server_task.cancel()
         await asyncio.gather(server_task, return_exceptions=True)
@@ -233,6 +301,181 @@ async def _unconfigure(
     if not failed:
         logger.info("Admission webhooks are removed from %r%s.", managed,
                     f" except the persistent ones: {', '.join(kept)}" if kept else "")
+
+
+# Replicas: one steward keeps the configurations.
+
+async def _steward(
+        context: APIContext,
+        managed: str,
+        layout: functools.partial[list[dict[str, Any]]],
+        replicas: Replicas,
+        server_task: asyncio.Task[None],
+        endpoints: asyncio.Queue[WebhookClientConfig],
+        stop: asyncio.Event,
+        failure: list[BaseException],
+        configured: list[WebhookClientConfig],
+        *,
+        recheck: float,
+) -> None:
+    """
+    Keep the configurations while this replica is the steward; follow the server's endpoints.
+
+    The steward looks at the configurations when it becomes the steward,
+    when its endpoint changes, and every ``recheck`` seconds (someone may
+    have changed or deleted them); it writes only what differs in substance.
+    """
+    loop = asyncio.get_running_loop()
+    key = steward_key(managed)
+    stewarding = False
+    checked_at: float | None = None
+    while True:
+        revision = replicas.revision
+        steward, identity = replicas.steward(key), replicas.identity
+        due = checked_at is None or loop.time() >= checked_at + recheck
+        if steward and identity is not None and (not stewarding or due):
+            try:
+                await _reconcile(context, managed, layout, configured[-1], identity)
+            except APIForbiddenError as e:
+                failure.append(AdmissionSetupError(
+                    f"Cannot keep the webhook configurations {managed!r}: {e}. The operator needs the RBAC "
+                    f"permissions to get, create, patch and delete them."))
+                logger.error("%s Stopping the operator.", failure[0])
+                stop.set()
+                return
+            except (APIError, APIConnectionError) as e:
+                logger.warning("Cannot keep the webhook configurations %r right now: %s; trying again later.",
+                               managed, _text(e))
+                steward = False  # try again as if it had just become the steward
+            checked_at = loop.time()
+        stewarding = steward
+        getter = asyncio.create_task(endpoints.get())
+        waiter = asyncio.create_task(replicas.revised(revision))
+        try:
+            await asyncio.wait([getter, waiter, server_task], timeout=recheck, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            getter.cancel()
+            waiter.cancel()
+            await asyncio.gather(getter, waiter, return_exceptions=True)
+        if getter.done() and not getter.cancelled() and getter.exception() is None:
+            configured.append(getter.result())
+            stewarding = False  # a new endpoint: look again
+        elif server_task.done():
+            error = server_task.exception() if not server_task.cancelled() else None
+            failure.append(error or AdmissionSetupError("The webhook server was cancelled."))
+            logger.error("The webhook server has stopped: %s; stopping the operator.", _text(failure[0]))
+            stop.set()
+            return
+
+
+async def _reconcile(
+        context: APIContext,
+        managed: str,
+        layout: functools.partial[list[dict[str, Any]]],
+        endpoint: WebhookClientConfig,
+        identity: str,
+) -> None:
+    """Write the configurations that are absent or differ in substance from ours; leave the others alone."""
+    written: list[str] = []
+    for type in WebhookType:
+        desired = layout(type=type, endpoint=endpoint)
+        current = await configurations.read_configuration(context=context, type=type, name=managed)
+        if (current is None and not desired) or (current is not None and desired and
+                                                  same_substance(current, desired, steward=identity)):
+            continue
+        await configurations.apply_configuration(context=context, type=type, name=managed, webhooks=desired,
+                                                 annotations={STEWARD_ANNOTATION: identity})
+        written.append(configurations.kind_of(type))
+    if written:
+        logger.info("Admission webhooks are configured in %r for %s; this replica (%s) keeps them.",
+                    managed, endpoint.get('url') or endpoint, identity)
+
+
+def same_substance(current: Mapping[str, Any], desired: Sequence[Mapping[str, Any]], *, steward: str) -> bool:
+    """
+    Whether a configuration as the server has it says what we would write, and names us as its steward.
+
+    The server adds defaults of its own (e.g. ``timeoutSeconds``, a service's
+    ``port``), so only what we set is compared; the selectors, which we may
+    leave out, are compared whole (the server's default is empty).
+    """
+    annotations = (current.get('metadata') or {}).get('annotations') or {}
+    webhooks = current.get('webhooks') or []
+    if annotations.get(STEWARD_ANNOTATION) != steward or len(webhooks) != len(desired):
+        return False
+    for have, want in zip(webhooks, desired):
+        for selector in ('namespaceSelector', 'objectSelector'):
+            if (have.get(selector) or {}) != (want.get(selector) or {}):
+                return False
+        if not _covers(have, {k: v for k, v in want.items() if k not in ('namespaceSelector', 'objectSelector')}):
+            return False
+    return True
+
+
+def _covers(have: Any, want: Any) -> bool:
+    """Whether the server's value holds everything of ours: the same values, and maybe more keys."""
+    if isinstance(want, Mapping):
+        return isinstance(have, Mapping) and all(k in have and _covers(have[k], v) for k, v in want.items())
+    if isinstance(want, (list, tuple)):
+        return (isinstance(have, (list, tuple)) and len(have) == len(want) and
+                all(_covers(h, w) for h, w in zip(have, want)))
+    return bool(have == want)
+
+
+async def _stewards(context: APIContext, managed: str) -> set[str | None]:
+    """Who keeps the configurations now, by their annotation (``None``: unknown, or not a replica)."""
+    found: set[str | None] = set()
+    for type in WebhookType:
+        try:
+            current = await configurations.read_configuration(context=context, type=type, name=managed)
+        except (APIError, APIConnectionError) as e:
+            logger.warning("Cannot read the %s %r: %s.", configurations.kind_of(type), managed, _text(e))
+            found.add(None)
+            continue
+        if current is not None:
+            found.add(((current.get('metadata') or {}).get('annotations') or {}).get(STEWARD_ANNOTATION))
+    return found
+
+
+async def _leave(
+        context: APIContext,
+        managed: str,
+        layout: functools.partial[list[dict[str, Any]]],
+        replicas: Replicas,
+        endpoint: WebhookClientConfig,
+) -> None:
+    """
+    At a replica's exit: remove the configurations if it was the last replica, else hand them over.
+
+    Only the steward acts (another replica keeps them otherwise). If other
+    replicas are alive, it keeps serving until one of them names itself in
+    the configurations -- it has pointed them to its own server -- and only
+    if none does within the hand-over timeout, it removes them, since they
+    may point to this server, which stops now (the next steward writes them
+    anew).
+    """
+    identity = replicas.identity
+    stewards = await _stewards(context, managed)
+    if identity is None or not stewards or (identity not in stewards and None not in stewards):
+        return  # not ours: another replica keeps them, or there are none
+    if await replicas.alone():
+        await _unconfigure(context, managed, layout, endpoint)
+        return
+    logger.info("Other replicas are alive: the webhook configurations %r stay; waiting for one of them to take "
+                "them over.", managed)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + replicas.handover_timeout
+    while loop.time() < deadline:
+        stewards = await _stewards(context, managed)
+        if identity not in stewards and None not in stewards:
+            logger.info("The webhook configurations %r are kept by %s now.", managed,
+                        ', '.join(sorted(str(steward) for steward in stewards)) or 'nobody (they are gone)')
+            return
+        await asyncio.sleep(HANDOVER_POLLING)
+    logger.warning("No other replica has taken the webhook configurations %r over within %.0fs; removing them, "
+                   "since they may point to this replica's server, which stops now. The next replica to keep "
+                   "them writes them anew.", managed, replicas.handover_timeout)
+    await _unconfigure(context, managed, layout, endpoint)
 
 
 def build_webhooks(

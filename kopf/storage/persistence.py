@@ -42,7 +42,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from kopf.storage import calls, conventions
@@ -209,6 +209,36 @@ class Persistence:
         if self._unflushed:
             self._unflushed = False
             await calls.call(self.progress.flush)
+
+    def snapshot(self) -> Callable[[], Awaitable[Patch]]:
+        """
+        The records kept so far, to be written early if asked: a patch of their own, made only when asked.
+
+        Taking it costs a copy of a small dict, so that it can be taken before
+        every handler. Purges are not in it (they conclude a cause, at
+        :meth:`commit`); neither is anything of a storage outside of the
+        object, which has its records already. The commit still writes
+        everything, as if nothing had been written early.
+        """
+        writes = {key: record for key, record in self._writes.items() if record is not None} if self._in_body else {}
+
+        async def render() -> Patch:
+            patch = Patch()
+            for key, record in writes.items():
+                await calls.call(self.progress.store, key=key, record=record, body=self.body, patch=patch)
+            return patch
+        return render
+
+    def rebase(self, body: Body) -> None:
+        """
+        Continue from the object as an early write has left it: the commit's writes are relative to it.
+
+        The storages decide what to write (e.g. whether a purge removes
+        anything) by the object they are given: after records were written
+        early, the object has them, and their purges must remove them.
+        """
+        self.body = body
+        self._empty = None
 
     def forget(self, key: HandlerId) -> None:
         """Purge the record at commit (if there can be one)."""

@@ -13,6 +13,7 @@ the functions again on the newer body if the object has changed meanwhile.
 """
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
@@ -99,6 +100,18 @@ class Patch(dict[str, Any]):
 
     def __bool__(self) -> bool:
         return len(self) > 0 or bool(getattr(self, '_fns', None))
+
+    def __copy__(self) -> Patch:
+        return self._with(dict(self))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Patch:
+        """The changes are copied; the functions are the same ones (they may hold what cannot be copied)."""
+        return self._with(copy.deepcopy(dict(self), memo))
+
+    def _with(self, changes: dict[str, Any]) -> Patch:
+        result = Patch(changes)
+        result.fns.extend(getattr(self, '_fns', ()))
+        return result
 
     @property
     def metadata(self) -> MetaPatch:

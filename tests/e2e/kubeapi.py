@@ -54,6 +54,12 @@ class KubeAPI:
     def get(self, path: str) -> Any:
         return self.request('GET', path)
 
+    def text(self, path: str) -> str:
+        """A document that is not JSON, e.g. the server's own ``/metrics``."""
+        request = urllib.request.Request(f"{self.server}{path}", method='GET')
+        with urllib.request.urlopen(request, context=self.ssl, timeout=30) as response:
+            return str(response.read().decode())
+
     def find(self, path: str) -> Any:
         """The object, or ``None`` if it does not exist."""
         try:

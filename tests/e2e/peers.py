@@ -55,21 +55,28 @@ def interpreter(version: str) -> str:
     raise PeerUnavailable(f"Kopf {version} needs Python {limit[0]}.{limit[1]} or older; none is installed here.")
 
 
-def ensure(version: str) -> Path:
-    """The ``kopf`` executable of this released version; installed into the cache if not there yet."""
-    root = CACHE / version
+def ensure(version: str, *, packages: tuple[str, ...] = ()) -> Path:
+    """
+    The ``kopf`` executable of this released version; installed into the cache if not there yet.
+
+    ``packages`` are installed beside it (in a virtualenv of their own, e.g. the
+    ``kubernetes`` client, whose presence changes what Kopf does at login).
+    """
+    name = '+'.join([version, *packages])
+    root = CACHE / name
     marker = root / '.installed'
     CACHE.mkdir(parents=True, exist_ok=True)
-    with _locked(CACHE / f'{version}.lock'):
+    with _locked(CACHE / f'{name}.lock'):
         if not (marker.exists() and _works(root) and _fits(root, version)):
             python = interpreter(version)
             shutil.rmtree(root, ignore_errors=True)
             _run([python, '-m', 'venv', str(root)], what=f"creating a virtualenv for Kopf {version}")
             _run([str(root / 'bin' / 'python'), '-m', 'pip', 'install', '--quiet', '--disable-pip-version-check',
-                  f'kopf=={version}', *EXTRAS.get(version, [])], what=f"installing Kopf {version} from PyPI")
+                  f'kopf=={version}', *EXTRAS.get(version, []), *packages],
+                 what=f"installing Kopf {version} from PyPI")
             if not _works(root):
                 raise RuntimeError(f"Kopf {version} was installed into {root}, but does not import.")
-            marker.write_text(version)
+            marker.write_text(name)
     return root / 'bin' / 'kopf'
 
 
@@ -88,7 +95,7 @@ def _fits(root: Path, version: str) -> bool:
         return True
     code = f'import sys; print(sys.version_info[:2] <= {limit!r})'
     check = subprocess.run([str(root / 'bin' / 'python'), '-c', code],
-                           capture_output=True, text=True, env=_clean_env(), timeout=60, cwd=root)
+                           capture_output=True, text=True, env=clean_env(), timeout=60, cwd=root)
     return check.stdout.strip() == 'True'
 
 
@@ -96,18 +103,18 @@ def _works(root: Path) -> bool:
     python = root / 'bin' / 'python'
     if not python.exists():
         return False
-    check = subprocess.run([str(python), '-c', 'import kopf'], capture_output=True, env=_clean_env(), timeout=60,
+    check = subprocess.run([str(python), '-c', 'import kopf'], capture_output=True, env=clean_env(), timeout=60,
                            cwd=root)  # not from a directory where another kopf could be imported
     return check.returncode == 0
 
 
 def _run(argv: list[str], *, what: str) -> None:
-    result = subprocess.run(argv, capture_output=True, text=True, env=_clean_env(), timeout=600, cwd=CACHE)
+    result = subprocess.run(argv, capture_output=True, text=True, env=clean_env(), timeout=600, cwd=CACHE)
     if result.returncode != 0:
         raise RuntimeError(f"Failed {what}: {' '.join(argv)}\n{result.stdout}\n{result.stderr}")
 
 
-def _clean_env() -> dict[str, str]:
+def clean_env() -> dict[str, str]:
     """Our own kopf must never shadow the released one."""
     return {k: v for k, v in os.environ.items() if k not in ('PYTHONPATH', 'VIRTUAL_ENV', 'PYTHONHOME')}
 

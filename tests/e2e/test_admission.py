@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import ssl
 import urllib.error
 import urllib.request
@@ -14,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import read_calls
+from kopf.reactor import ownership, serving
+from tests.e2e.harness import OPERATORS, OperatorProcess, kopf_run, read_calls
 from tests.e2e.kubeapi import KubeAPI, KubeAPIError, wait_for
 
 CONFIGS = '/apis/admissionregistration.k8s.io/v1'
@@ -165,3 +167,83 @@ def test_a_busy_port_stops_the_operator_with_a_clear_error(kube, operators, name
     assert f"Cannot serve admission webhooks on 127.0.0.1:{port}: the address is already in use" in operator.output
     assert 'Traceback' not in operator.output
     assert configurations(kube, managed) == (None, None)
+
+
+@pytest.mark.parametrize('mode', ['--shards', '--ha'])
+def test_replicas_share_one_configuration_hand_it_over_and_the_last_one_removes_it(
+        kube, kubeconfig, namespace, files, tmp_path, mode):
+    managed = f'{namespace}.e2e.kopf.dev'
+    started = []
+
+    def replica():
+        argv = kopf_run(OPERATORS / 'admission.py', namespace=namespace) + [mode]
+        process = OperatorProcess(argv, kubeconfig=kubeconfig, log=tmp_path / f'replica-{len(started)}.log', env={
+            'E2E_MANAGED': managed, 'E2E_LEASE': '4', 'E2E_RENEW': '3', 'E2E_RETRY': '0.5', **files})
+        started.append(process)
+        return process
+
+    def steward():
+        """Who keeps both configurations; ``None`` while one of them is being taken over (two objects)."""
+        validating, mutating = configurations(kube, managed)
+        stewards = {c['metadata'].get('annotations', {}).get('kopf.dev/steward') for c in (validating, mutating)}
+        return stewards.pop() if len(stewards) == 1 else None
+
+    def identity(process):
+        return re.search(r'Coordinating as (\S+) ', process.output).group(1)
+
+    def works():
+        created = create(kube, namespace, configmap('probe', k='v'), dryRun='All')  # the mutation answers
+        return created['metadata'].get('labels') == {'mutated-by': 'kopf'}
+
+    def leases():
+        return {item['metadata']['name']: item['metadata']['resourceVersion']
+                for item in kube.get(f'/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases')['items']}
+
+    try:
+        first = replica()
+        first.wait_for_output("Admission webhooks are configured")
+        second = replica()
+        second.wait_for_output('Shard members (2)' if mode == '--shards' else 'Standing by')
+        # One steward keeps them: the leader, or the shard that owns them by the ring of both.
+        ring = ownership.make_ring([identity(first), identity(second)])
+        expected = identity(first) if mode == '--ha' else ownership.owner(serving.steward_key(managed), ring)
+        wait_for(lambda: steward() == expected, timeout=15, what=f"{expected} to keep the configurations")
+        wait_until_enforced(kube, namespace)
+        wait_for(works, timeout=15, what="the mutating webhook to answer")
+        writes = [line for process in started for line in process.output.splitlines()
+                  if 'Admission webhooks are configured' in line]
+        assert len(writes) == (1 if expected == identity(first) else 2), writes  # once per steward
+
+        # Both replicas run and renew their leases; the configurations are not rewritten meanwhile.
+        versions = [c['metadata']['resourceVersion'] for c in configurations(kube, managed)]
+        renewals: dict[str, set[str]] = {}
+
+        def renewed_often() -> bool:
+            for name, version in leases().items():
+                renewals.setdefault(name, set()).add(version)
+            return sum(len(seen) for seen in renewals.values()) >= 12
+
+        wait_for(renewed_often, timeout=30, what="the leases to be renewed a dozen times")
+        assert [c['metadata']['resourceVersion'] for c in configurations(kube, managed)] == versions
+        assert steward() in {identity(first), identity(second)}
+
+        # The steward leaves: the other one takes the configurations over before its server stops.
+        leaving, staying = (first, second) if steward() == identity(first) else (second, first)
+        assert leaving.stop() == 0, leaving.output
+        assert "waiting for one of them to take them over" in leaving.output
+        assert f"are kept by {identity(staying)} now" in leaving.output
+        assert steward() == identity(staying)
+        validating, _ = configurations(kube, managed)
+        assert validating['webhooks'][0]['clientConfig']['url'].startswith('https://127.0.0.1:')
+        wait_for(works, timeout=15, what="the webhooks to work with the remaining replica")
+        assert rejection(kube, namespace, configmap('bad', forbidden='x')) is not None
+
+        # The last replica removes them.
+        assert staying.stop() == 0, staying.output
+        assert configurations(kube, managed) == (None, None)
+        assert create(kube, namespace, configmap('after', forbidden='x'))['metadata'].get('labels') is None
+        for process in started:
+            assert 'Traceback' not in process.output
+    finally:
+        for process in started:
+            process.kill()

@@ -80,11 +80,15 @@ def finished(kube: KubeAPI, namespace: str) -> set[str]:
 
 @pytest.fixture()
 def replicas(kubeconfig: Path, namespace: str, tmp_path: Path) -> Iterator[Callable[..., OperatorProcess]]:
-    """Start replicas of the operator (``kopf run ... --shards`` etc.); all are killed at the end."""
+    """Start replicas of the operator (``kopf run ... --shards`` etc.); all are killed at the end.
+
+    ``E2E_OPERATOR`` chooses another operator script than ``replicas.py``.
+    """
     started: list[OperatorProcess] = []
 
     def start(*args: str, kubeconfig: Path = kubeconfig, **env: str) -> OperatorProcess:
-        argv = kopf_run(OPERATORS / 'replicas.py', namespace=namespace) + list(args)
+        script = env.pop('E2E_OPERATOR', 'replicas.py')
+        argv = kopf_run(OPERATORS / script, namespace=namespace) + list(args)
         process = OperatorProcess(argv, kubeconfig=kubeconfig, log=tmp_path / f'replica-{len(started)}.log', env={
             'E2E_RESOURCE': f'{PLURAL}.{GROUP}', 'E2E_CALLS': str(tmp_path / 'calls.jsonl'),
             'E2E_LEASE': str(LEASE), 'E2E_RENEW': str(RENEW), 'E2E_RETRY': str(RETRY), **env})
@@ -476,3 +480,146 @@ class KubeAPIAs(KubeAPI):
             return False
         return True
 
+
+
+# Daemons at hand-overs.
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One daemon run of one object in one process: where its start and stop lines are in the calls file."""
+
+    name: str
+    pid: int
+    started: int  # the line number of its start: the file's order is the order of writing
+    stopped: int | None  # None: still running
+    start: float
+    stop: float | None
+
+
+def daemon_runs(path: Path) -> list[Run]:
+    starts: dict[str, tuple[int, dict[str, Any]]] = {}
+    runs: list[Run] = []
+    for index, record in enumerate(read_calls(path)):
+        if record['event'] == 'start':
+            starts[record['run']] = (index, record)
+        else:
+            began, first = starts.pop(record['run'])
+            runs.append(Run(first['name'], first['pid'], began, index, first['t'], record['t']))
+    runs.extend(Run(first['name'], first['pid'], began, None, first['t'], None) for began, first in starts.values())
+    return sorted(runs, key=lambda run: run.started)
+
+
+def overlapping_runs(runs: list[Run]) -> list[tuple[Run, Run]]:
+    """
+    Pairs of daemon runs of one object in different processes that ran at the same time.
+
+    Judged by the order of the lines in the calls file, which is the order in
+    which they were written: a run that began before another run's stop was
+    written overlaps it. (The wall-clock times are only shown: on one machine
+    they agree with that order.)
+    """
+    found = []
+    for a, b in itertools.combinations(runs, 2):
+        if a.name == b.name and a.pid != b.pid:
+            first, second = (a, b) if a.started < b.started else (b, a)
+            if first.stopped is None or second.started < first.stopped:
+                found.append((first, second))
+    return found
+
+
+def all_running(runs: list[Run], names: list[str], *, since: int = -1, pids: set[int] | None = None) -> bool:
+    """Whether every object has a daemon running (begun after the line ``since``, in one of ``pids``)."""
+    running = {run.name for run in runs
+               if run.stopped is None and run.started > since and (pids is None or run.pid in pids)}
+    return set(names) <= running
+
+
+def test_daemons_never_run_on_two_shards_at_once_and_move_with_their_objects(
+        kube: KubeAPI, namespace: str, replicas: Callable[..., OperatorProcess], crd: None,
+        tmp_path: Path) -> None:
+    calls = tmp_path / 'calls.jsonl'
+
+    def start() -> OperatorProcess:
+        return replicas('--shards', E2E_OPERATOR='replicas_daemons.py', E2E_CLEANUP='1')
+
+    first = [start() for _ in range(2)]
+    for replica in first:
+        replica.wait(lambda replica=replica: shards_adopted(replica, 2), what="a ring of 2 members")
+    names = [f'obj-{i:02}' for i in range(12)]
+    create_objects(kube, namespace, names)
+    wait_for(lambda: all_running(daemon_runs(calls), names), timeout=30, what="a daemon for every object")
+
+    joining = start()  # 2 -> 3: about a third of the objects move to it
+    for replica in [*first, joining]:
+        replica.wait(lambda replica=replica: shards_adopted(replica, 3), what="a ring of 3 members", timeout=30)
+    wait_for(lambda: all_running(daemon_runs(calls), names) and
+             any(run.pid == joining.process.pid for run in daemon_runs(calls)),
+             timeout=30, what="a daemon for every object, some on the new replica")
+    joined = len(read_calls(calls))
+
+    leaving, staying = first  # 3 -> 2: the leaving replica's objects move to the others
+    assert leaving.stop() == 0, leaving.output
+    remaining = {staying.process.pid, joining.process.pid}
+    wait_for(lambda: all_running(daemon_runs(calls), names, pids=remaining), timeout=30,
+             what="a daemon for every object on the remaining replicas")
+    left = len(read_calls(calls))
+    for replica in (staying, joining):
+        assert replica.stop() == 0, replica.output
+
+    runs = daemon_runs(calls)
+    assert overlapping_runs(runs) == []
+    assert all(run.stopped is not None for run in runs)  # every daemon has exited with its replica
+    moved_in = {run.name for run in runs if run.pid == joining.process.pid and run.started < joined}
+    moved_out = {run.name for run in runs if run.pid == leaving.process.pid}
+    assert moved_in and moved_out
+    # Every object's daemon ran again somewhere after each hand-over.
+    for since in (joined, left):
+        assert {run.name for run in runs if run.stopped is not None and run.stopped > since} == set(names)
+
+
+def test_a_daemon_of_a_paused_ha_leader_is_cancelled_before_the_next_leader_starts_it(
+        kube: KubeAPI, namespace: str, replicas: Callable[..., OperatorProcess], crd: None,
+        tmp_path: Path) -> None:
+    calls = tmp_path / 'calls.jsonl'
+    env = {'E2E_OPERATOR': 'replicas_daemons.py', 'E2E_CLEANUP': str(LEASE * 3)}  # longer than any margin
+    leader = replicas('--ha', **env)
+    leader.wait_for_output('Leading as')
+    names = [f'obj-{i}' for i in range(5)]
+    create_objects(kube, namespace, names)
+    wait_for(lambda: all_running(daemon_runs(calls), names), timeout=30, what="a daemon for every object")
+    preempting = replicas('--ha', '--priority', '10', **env)
+    preempting.wait_for_output('Took over the lease')
+    wait_for(lambda: all_running(daemon_runs(calls), names, pids={preempting.process.pid}), timeout=30,
+             what="the daemons on the new leader")
+    assert 'Paused:' in leader.output
+    runs = daemon_runs(calls)
+    assert overlapping_runs(runs) == []
+    old = [run for run in runs if run.pid == leader.process.pid]
+    assert len(old) == len(names) and all(run.stopped is not None for run in old)
+    assert {record['how'] for record in read_calls(calls) if record['event'] == 'stop'} == {'cancelled'}
+
+
+# Identities.
+
+@pytest.mark.parametrize('mode', ['--shards', '--ha'])
+def test_a_second_replica_with_the_same_identity_exits_naming_it_and_the_first_goes_on(
+        kube: KubeAPI, namespace: str, replicas: Callable[..., OperatorProcess], witness: Witness,
+        mode: str) -> None:
+    env = {'E2E_WORK': '0.05', 'E2E_FAILS': '0'}
+    first = replicas(mode, '--identity', 'same', **env)
+    first.wait_for_output('Shard members (1)' if mode == '--shards' else 'Leading as')
+    second = replicas(mode, '--identity', 'same', **env)
+    assert second.process.wait(timeout=30) == 1, second.output
+    lease = 'kopf-replicas-same' if mode == '--shards' else 'kopf-replicas'
+    refusals = [line for line in second.output.splitlines() if 'Another replica runs with the identity' in line]
+    assert len(refusals) == 1, second.output
+    assert f"the identity 'same': the lease {namespace}/{lease} is renewed" in refusals[0]
+    assert 'unique --identity' in refusals[0]
+    assert 'Traceback' not in second.output
+    assert 'Shard members' not in second.output and 'Leading as' not in second.output
+
+    create_objects(kube, namespace, ['after'])  # the first one goes on as before
+    wait_for(lambda: witness.finished(['after']), timeout=30, what="the object to be handled")
+    assert first.process.poll() is None
+    assert first.stop() == 0, first.output
+    assert 'Another replica' not in first.output

@@ -39,6 +39,20 @@ def test_namespaces_and_all_namespaces_exclude_each_other(invoke, tmp_path):
     assert 'not both' in result.output
 
 
+def test_a_malformed_namespace_pattern_is_refused_naming_it_before_the_code_is_loaded(invoke, tmp_path):
+    path = tmp_path / 'op.py'
+    path.write_text('raise SystemExit("must not be loaded")')
+    result = invoke('run', str(path), '-n', 'ns', '-n', 'MyApp-*')
+    assert result.exit_code == 2
+    assert "Invalid namespace pattern 'MyApp-*'" in result.output
+    assert 'must not be loaded' not in result.output
+
+
+def test_the_namespace_option_explains_the_patterns(invoke):
+    result = invoke('run', '--help')
+    assert "'myapp-*,!*-pr-*'" in result.output
+
+
 def test_unknown_log_format_is_rejected(invoke, tmp_path):
     result = invoke('run', str(tmp_path / 'op.py'), '--log-format', 'fancy')
     assert result.exit_code == 2
@@ -52,6 +66,17 @@ def test_an_operator_that_fails_to_import_exits_with_its_traceback(invoke, tmp_p
     assert 'failed to import' in result.output
     assert 'Traceback' in result.output
     assert 'operator is broken' in result.output
+
+
+def test_a_handler_without_kwargs_is_refused_at_import_in_one_line(invoke, tmp_path):
+    path = tmp_path / 'sig_op.py'
+    path.write_text('import kopf\n\n@kopf.on.create("configmaps")\ndef create_fn(spec, name):\n    pass\n')
+    result = invoke('run', str(path))
+    assert result.exit_code == 2
+    assert 'Traceback' not in result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    assert 'create_fn(spec, name)' in lines[0] and '**kwargs' in lines[0]
 
 
 def test_a_syntax_error_is_reported_the_same_way(invoke, tmp_path):

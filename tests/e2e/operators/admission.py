@@ -8,6 +8,7 @@ skipped in dry runs.
 * ``E2E_MANAGED``: the name of the managed webhook configurations.
 * ``E2E_SERVER``: ``server`` (default; kopf.WebhookServer on 127.0.0.1) or ``autotunnel``.
 * ``E2E_PORT``: the server's port (default: a free one).
+* ``E2E_LEASE``, ``E2E_RENEW``, ``E2E_RETRY``: the peering timing of replicas (``--ha``/``--shards``).
 """
 import json
 import os
@@ -32,6 +33,10 @@ def configure(settings, **_):
     else:
         settings.admission.server = kopf.WebhookServer(addr='127.0.0.1', port=port)
     settings.admission.managed = os.environ['E2E_MANAGED']
+    if os.environ.get('E2E_LEASE'):
+        settings.peering.lease_duration = int(os.environ['E2E_LEASE'])
+        settings.peering.renew_deadline = float(os.environ['E2E_RENEW'])
+        settings.peering.retry_period = float(os.environ['E2E_RETRY'])
 
 
 @kopf.on.validate('configmaps', id='check-data')

@@ -7,6 +7,7 @@ server would (JSON merge-patch). The clock is frozen and moved explicitly
 (by the tests, or by handlers that "take time"), so that delays and the
 cycle's time budget are exact.
 """
+import asyncio
 import copy
 import datetime
 import json
@@ -36,6 +37,7 @@ class FakeClock:
     def __init__(self):
         self.wall = T0
         self.mono = 1000.0
+        self.sleepers = []  # (deadline, loop, future) of those waiting for the clock to move
 
     def now(self):
         return self.wall
@@ -43,9 +45,23 @@ class FakeClock:
     def monotonic(self):
         return self.mono
 
+    async def sleep(self, seconds):
+        """Wait until the clock is moved this far (by the test, or by a handler in a thread)."""
+        future = asyncio.get_running_loop().create_future()
+        self.sleepers.append((self.mono + seconds, asyncio.get_running_loop(), future))
+        self._wake()
+        await future
+
     def advance(self, seconds):
         self.wall += datetime.timedelta(seconds=seconds)
         self.mono += seconds
+        self._wake()
+
+    def _wake(self):
+        due = [sleeper for sleeper in self.sleepers if sleeper[0] <= self.mono]
+        self.sleepers = [sleeper for sleeper in self.sleepers if sleeper[0] > self.mono]
+        for _, loop, future in due:
+            loop.call_soon_threadsafe(lambda f=future: f.done() or f.set_result(None))
 
 
 @pytest.fixture()
@@ -83,6 +99,7 @@ class Server:
         self.memo = object()
         self.gone = False
         self.patches = []  # every non-empty patch sent, as JSON
+        self.early = []  # the patches sent while a cycle ran (a handler running long), as JSON
 
     @property
     def body(self):
@@ -102,11 +119,17 @@ class Server:
         if self.raw['metadata'].get('deletionTimestamp') and not self.raw['metadata'].get('finalizers'):
             self.gone = True
 
-    async def cycle(self, *, first_seen=False, event_type='MODIFIED', lifecycle=None) -> HandlingResult:
+    async def send_early(self, patch, essential):
+        wire = json.loads(json.dumps(patch))
+        self.early.append(wire)
+        self._apply(wire)
+        return copy.deepcopy(self.raw)
+
+    async def cycle(self, *, first_seen=False, event_type='MODIFIED', lifecycle=None, early=False) -> HandlingResult:
         result = await handle_object(
             registry=self.registry, config=self.config, resource=SELECTOR, event_type=event_type,
             body=Body(copy.deepcopy(self.raw)), first_seen=first_seen, memo=self.memo, logger=logger,
-            lifecycle=lifecycle, clock=self.clock)
+            lifecycle=lifecycle, clock=self.clock, send_early=self.send_early if early else None)
         assert isinstance(result.patch, Patch)
         wire = json.loads(json.dumps(result.patch))  # what would be sent: it must be JSON
         if wire:

@@ -453,3 +453,14 @@ async def test_a_failing_transformation_function_rejects_the_mutation(registry):
 
     assert response['allowed'] is False
     assert "KeyError: 'missing'" in response['status']['message']
+
+
+async def test_with_namespace_patterns_objects_of_namespaces_not_served_are_admitted_untouched(registry):
+    @kopf.on.validate('kopfexamples', registry=registry)
+    def refuse(**_):
+        raise kopf.AdmissionError("refused")
+
+    elsewhere = await serve(registry, review(), served=lambda namespace: namespace == 'ns2')
+    assert elsewhere['response'] == {'uid': 'review-uid', 'allowed': True}
+    served = await serve(registry, review(), served=lambda namespace: namespace == 'ns1')
+    assert served['response']['allowed'] is False

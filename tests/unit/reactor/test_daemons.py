@@ -22,6 +22,7 @@ import pytest
 import kopf
 from kopf.reactor.cycle import STAGES, handle_object
 from kopf.reactor.daemons import Daemons
+from kopf.reactor.fencing import Gate
 from kopf.structs.bodies import Body
 from kopf.structs.patches import apply
 from kopf.structs.resources import Selector
@@ -743,11 +744,33 @@ async def test_the_operators_exit_stops_every_daemon_within_the_exit_timeout(clu
     release.set()
 
 
-async def test_with_replicas_the_daemons_stop_once_the_object_is_not_this_replicas_any_more(
+class FakeClock:
+    """A monotonic clock that moves only when told to."""
+
+    def __init__(self):
+        self.time = 1000.0
+
+    def monotonic(self):
+        return self.time
+
+    def now(self):
+        raise NotImplementedError
+
+
+def replica_gate(clock, keys):
+    """A replica's gate that permits the given keys (a mutable set), with the deadlines far ahead."""
+    gate = Gate(clock=clock)
+    gate.permit(lambda key: key in keys, resync=True)
+    gate.extend(admit_until=clock.time + 100, write_until=clock.time + 100)
+    return gate
+
+
+async def test_with_replicas_the_daemons_stop_as_soon_as_the_object_is_not_this_replicas_any_more(
         cluster, registry, monkeypatch):
-    monkeypatch.setattr('kopf.reactor.daemons.PATROL_INTERVAL', 0.05)
+    monkeypatch.setattr('kopf.reactor.daemons.PATROL_INTERVAL', 1000)  # no patrol: the gate's change is enough
     ours = {'uid1'}
-    cluster.keeper = Daemons(patcher=cluster._patch, permit=lambda key: key in ours)
+    gate = replica_gate(FakeClock(), ours)
+    cluster.keeper = Daemons(patcher=cluster._patch, fence=gate)
     log = []
 
     @kopf.daemon(*RESOURCE, registry=registry)
@@ -758,13 +781,66 @@ async def test_with_replicas_the_daemons_stop_once_the_object_is_not_this_replic
 
     await cluster.event('ADDED')
     await eventually(lambda: log == ['start'])
-    ours.clear()  # handed over: its events do not come here any more
+    assert gate.residents == 1 and gate.busy(lambda key: False)
+    ours.clear()
+    gate.permit(lambda key: key in ours, resync=False)  # handed over: its events do not come here any more
     await eventually(lambda: log == ['start', DaemonStoppingReason.OPERATOR_PAUSING])
-    assert len(cluster.keeper) == 0
+    assert await gate.drain(lambda key: False, timeout=1.0)  # the hand-over can be acknowledged now
+    assert gate.residents == 0 and len(cluster.keeper) == 0
     ours.add('uid1')  # back again: its events (a fresh listing) start it anew
+    gate.permit(lambda key: key in ours, resync=True)
     await cluster.event()
     await eventually(lambda: log[-1] == 'start' and len(log) == 3)
     await cluster.keeper.close(timeout=0.3)
+    assert gate.residents == 0
+
+
+async def test_with_replicas_a_hand_over_waits_for_the_daemons_cleanup(cluster, registry):
+    ours = {'uid1'}
+    gate = replica_gate(FakeClock(), ours)
+    cluster.keeper = Daemons(patcher=cluster._patch, fence=gate)
+    cleaning = asyncio.Event()
+    cleaned = asyncio.Event()
+
+    @kopf.daemon(*RESOURCE, registry=registry, cancellation_backoff=10, cancellation_timeout=10)
+    async def monitor(stopped, **_):
+        await stopped.wait()
+        cleaning.set()
+        await cleaned.wait()  # a slow cleanup after the stop was asked
+
+    await cluster.event('ADDED')
+    await eventually(lambda: cluster.keeper.running == 1)
+    ours.clear()
+    gate.permit(lambda key: key in ours, resync=False)
+    await asyncio.wait_for(cleaning.wait(), timeout=1)
+    draining = asyncio.create_task(gate.drain(lambda key: False, timeout=1))  # by the gate's clock, which stands
+    await asyncio.sleep(0.1)
+    assert not draining.done()  # not acknowledged while it cleans up
+    cleaned.set()
+    assert await asyncio.wait_for(draining, timeout=1)
+
+
+async def test_with_replicas_the_daemons_are_cancelled_at_once_when_the_lease_is_lost(cluster, registry):
+    clock = FakeClock()
+    gate = replica_gate(clock, {'uid1'})
+    cluster.keeper = Daemons(patcher=cluster._patch, fence=gate)
+    log = []
+
+    @kopf.daemon(*RESOURCE, registry=registry, cancellation_backoff=100)  # would wait long to cancel
+    async def monitor(stopped, **_):
+        try:
+            await stopped.wait()
+            await asyncio.sleep(100)  # a cleanup longer than the lease
+        except asyncio.CancelledError:
+            log.append('cancelled')
+            raise
+
+    await cluster.event('ADDED')
+    await eventually(lambda: cluster.keeper.running == 1)
+    clock.time += 101  # past the deadlines, as if the loop had been stuck; the hard fence strikes
+    gate.harden()
+    await eventually(lambda: log == ['cancelled'], timeout=1)
+    assert gate.residents == 0
 
 
 async def test_nothing_of_an_object_is_kept_once_it_is_gone(cluster, registry):

@@ -253,3 +253,52 @@ async def test_streams_run_only_while_active_and_restart_when_objects_may_have_b
     stop.set()
     await asyncio.wait_for(consumer, timeout=1)
     assert len(opened) == 2
+
+
+# Daemons and timers: residents of their objects.
+
+class FakeClock:
+    def __init__(self):
+        self.time = 1000.0
+
+    def monotonic(self):
+        return self.time
+
+
+async def test_a_hand_over_waits_for_the_daemons_of_the_objects_that_move_and_times_out_by_the_clock():
+    clock = FakeClock()
+    gate = Gate(clock=clock)
+    gate.permit(everything, resync=True)
+    gate.extend(admit_until=clock.time + 100, write_until=clock.time + 100)
+    staying, moving = gate.reside('stays'), gate.reside('moves')
+    assert gate.residents == 2
+    assert await gate.drain(lambda key: key != 'gone', timeout=0)  # neither of them is outside what is kept
+    draining = asyncio.create_task(gate.drain(lambda key: key == 'stays', timeout=5))
+    await asyncio.sleep(0.05)
+    assert not draining.done()  # the clock stands: no timeout yet, however long it takes
+    clock.time += 5
+    assert await draining is False
+    draining = asyncio.create_task(gate.drain(lambda key: key == 'stays', timeout=5))
+    gate.depart(moving)
+    gate.depart(moving)  # idempotent
+    assert await asyncio.wait_for(draining, timeout=1) is True
+    gate.depart(staying)
+    assert gate.residents == 0
+
+
+async def test_the_keepers_learn_of_every_change_of_the_permit_and_the_deadlines():
+    clock = FakeClock()
+    gate = Gate(clock=clock)
+    revision = gate.revision
+    waiting = asyncio.create_task(gate.revised(revision))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    gate.extend(admit_until=clock.time + 10, write_until=clock.time + 20)
+    await asyncio.wait_for(waiting, timeout=1)
+    assert gate.writable
+    revision = gate.revision
+    waiting = asyncio.create_task(gate.revised(revision))
+    clock.time += 20
+    assert not gate.writable  # by the clock, even before anyone is told
+    gate.harden()
+    await asyncio.wait_for(waiting, timeout=1)

@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import itertools
 import time
+import types
 
 import pytest
 
@@ -626,3 +627,163 @@ async def test_replicas_need_credentials_not_a_session_of_the_login_handlers():
         async with peering.peering(context=context, config=config, namespaces=['ns'],  # type: ignore
                                    clusterwide=False, stop=asyncio.Event()):
             pass
+
+
+# Duplicate identities.
+
+def held(rv, *, instance, holder='me', duration=10, name='op'):
+    spec = leases.LeaseSpec(holder=holder, duration=duration)
+    annotations = {peering.INSTANCE_ANNOTATION: instance} if instance is not None else {}
+    return Lease(namespace='ns', name=name, resource_version=rv, spec=spec, annotations=annotations)
+
+
+def test_a_lease_under_our_identity_is_ours_only_with_our_instance_token():
+    observations = peering._Observations(default_duration=15)
+    ours = held('1', instance='mine')
+    observations.observe(ours, now=100.0)
+    observations.observe(held('2', instance='mine'), now=101.0)  # our own renewal
+    assert peering.namesake(held('2', instance='mine'), instance='mine', observations=observations,
+                            now=101.0) is peering.Namesake.OURS
+
+
+def test_a_lease_under_our_identity_renewed_by_another_process_is_a_duplicate():
+    observations = peering._Observations(default_duration=15)
+    observations.observe(held('1', instance='theirs'), now=100.0)
+    judge = dict(instance='mine', observations=observations)
+    assert peering.namesake(held('1', instance='theirs'), now=100.0, **judge) is peering.Namesake.UNKNOWN
+    observations.observe(held('2', instance='theirs'), now=100.5)  # written while we watch: alive
+    assert peering.namesake(held('2', instance='theirs'), now=100.5, **judge) is peering.Namesake.ALIVE
+    assert peering.namesake(held('2', instance='theirs'), now=500.0, **judge) is peering.Namesake.ALIVE
+
+
+def test_a_lease_under_our_identity_left_by_an_ended_process_is_taken_over_once_expired():
+    observations = peering._Observations(default_duration=15)
+    stale = held('1', instance=None)  # e.g. written before instance tokens, or by a killed process
+    observations.observe(stale, now=100.0)
+    judge = dict(instance='mine', observations=observations)
+    assert peering.namesake(stale, now=109.9, **judge) is peering.Namesake.UNKNOWN  # its duration is 10s
+    observations.observe(stale, now=110.0)
+    assert peering.namesake(stale, now=110.0, **judge) is peering.Namesake.GONE
+
+
+def test_the_duplicate_error_names_the_identity_the_lease_and_what_to_do():
+    error = peering.duplicate_error(settings('shards', 'same'), held('1', instance='x', name='op-same'))
+    assert str(error).startswith("Another replica runs with the identity 'same': the lease ns/op-same is renewed")
+    assert "unique --identity" in str(error) and "leave it to the default" in str(error)
+
+
+@pytest.mark.parametrize('mode', ['ha', 'shards'])
+async def test_a_second_replica_with_the_same_identity_refuses_to_join_and_the_first_goes_on(start, store, mode):
+    first = start(mode, 'same')
+    await until(lambda: first.gate.active)
+    second = start(mode, 'same')
+    await until(lambda: second.task.done(), timeout=3 * RETRY + 0.5, sample=at_most_one_active(first, second))
+    with pytest.raises(PeeringError, match="Another replica runs with the identity 'same'"):
+        second.task.result()
+    await second.impl.release()  # as at its exit: it must not touch the first one's lease
+    assert not second.gate.active
+    version = next(iter(store.leases.values())).resource_version
+    await until(lambda: next(iter(store.leases.values())).resource_version != version, timeout=3 * RETRY)
+    assert first.gate.active and not first.task.done()
+    lease, = store.leases.values()
+    assert lease.annotations[peering.INSTANCE_ANNOTATION] == first.impl.instance
+
+
+class FakeClock:
+    """A monotonic clock that moves only when told to."""
+
+    def __init__(self):
+        self.time = 5000.0
+
+    def monotonic(self):
+        return self.time
+
+
+@pytest.mark.parametrize('mode', ['ha', 'shards'])
+async def test_a_restarted_replica_with_a_stable_identity_takes_its_predecessors_lease_once_expired(store, mode):
+    clock = FakeClock()
+    cls = peering._Elector if mode == 'ha' else peering._Member
+
+    def replica():
+        return cls(context=Context('stable'), gate=Gate(clock=clock), settings=settings(mode, 'stable'), clock=clock)
+
+    predecessor = replica()
+    await predecessor.tick()
+    await predecessor.tick()  # shards: a ring is published first, then permitted by
+    assert predecessor.gate.active
+    predecessor.fences.cancel()  # killed: its lease stays behind, unchanged
+    successor = replica()
+    await successor.tick()
+    assert not successor.gate.active  # a duplicate, or an ended predecessor? not known yet
+    clock.time += LEASE - 0.01
+    await successor.tick()
+    assert not successor.gate.active
+    clock.time += 0.01  # unchanged for its whole duration, by our clock: the predecessor has ended
+    await successor.tick()
+    if mode == 'shards':
+        await successor.tick()  # its ring is published now: the next listing permits by it
+    assert successor.gate.active
+    lease, = store.leases.values()
+    assert lease.annotations[peering.INSTANCE_ANNOTATION] == successor.instance
+    successor.fences.cancel()
+
+
+async def test_a_duplicate_is_refused_at_the_first_renewal_seen_however_little_time_has_passed(store):
+    clock = FakeClock()
+
+    def replica():
+        return peering._Member(context=Context('same'), gate=Gate(clock=clock), settings=settings('shards', 'same'),
+                               clock=clock)
+
+    first, second = replica(), replica()
+    await first.tick()
+    await first.tick()
+    await second.tick()  # sees the lease for the first time: not known yet
+    await first.tick()  # a renewal, in no time at all by the clock
+    with pytest.raises(PeeringError, match="Another replica runs with the identity 'same'"):
+        await second.tick()
+    assert not second.gate.active and first.gate.active
+    first.fences.cancel()
+
+
+# What the rest of the operator may ask: who keeps a shared object, who else is alive.
+
+def view_of(replica):
+    view = peering.ReplicaView()
+    view.attach(types.SimpleNamespace(replica=replica.impl, gate=replica.gate), context=Context('operator'))
+    return view
+
+
+async def test_the_ha_leader_keeps_shared_objects_and_is_not_alone_when_a_standby_takes_over(start):
+    leader = start('ha', 'a')
+    await until(lambda: leader.gate.active)
+    standby = start('ha', 'b')
+    view = view_of(leader)
+    assert view.identity == 'a' and view.steward('admission:x')
+    await until(lambda: standby.impl.leader == 'a')  # the standby is polling
+    leader.task.cancel()
+    await leader.impl.release()
+    assert not view.steward('admission:x')
+    assert await view.alone() is False
+
+
+async def test_the_last_ha_replica_is_alone_after_a_few_retry_periods(start):
+    leader = start('ha', 'a')
+    await until(lambda: leader.gate.active)
+    view = view_of(leader)
+    leader.task.cancel()
+    await leader.impl.release()
+    assert await view.alone() is True
+
+
+async def test_one_shard_keeps_a_shared_object_and_knows_the_live_others(start):
+    members = [start('shards', name) for name in 'ab']
+    await until(converged(*members))
+    views = [view_of(member) for member in members]
+    assert sum(view.steward('admission:x') for view in views) == 1
+    assert not await views[0].alone()
+    members[1].task.cancel()
+    await members[1].impl.release()
+    await until(lambda: not members[0].impl.live_others, timeout=LEASE)
+    assert await views[0].alone()
+    assert await peering.ReplicaView().alone()  # not coordinating (yet): nobody else is known

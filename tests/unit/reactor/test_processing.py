@@ -310,6 +310,41 @@ async def test_throttling_beyond_the_clients_patience_ends_the_cycle_with_one_li
     assert 'also after waiting 0 times as it asked' in error.getMessage()
 
 
+@pytest.mark.parametrize('code, reason', [(401, 'Unauthorized'), (429, 'TooManyRequests')])
+async def test_a_patch_the_api_would_not_take_is_sent_again_before_any_handling(
+        aresponses, host, watch, result, monkeypatch, code, reason):
+    watch.context.throttle_retries = 0
+    result(COMBINED, delay=7)
+    aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=code, text=status(code, reason, 'not now'),
+                                                            headers={'Retry-After': '1'}))
+    outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
+    assert outcome.delay == processing.REJECTED_PATCH_DELAY
+
+    handled = []
+
+    async def handle_object(**_):
+        handled.append(1)
+        raise AssertionError("The handlers must not run again before their outcomes are stored.")
+    monkeypatch.setattr(cycle, 'handle_object', handle_object)
+    sent = []
+    aresponses.add(host, PATH, 'PATCH', patched(sent, '2'))
+    aresponses.add(host, f'{PATH}/status', 'PATCH', patched(sent, '3'))
+    outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, True)  # the wake-up
+    assert sent == [PROGRESS, {'status': COMBINED['status']}]  # the same patch, results and all
+    assert outcome.resource_version == '3' and outcome.delay == 7
+    assert handled == [] and watch.unsent == {}
+
+
+async def test_a_patch_kept_for_a_deleted_object_is_dropped(aresponses, host, watch, result):
+    watch.context.throttle_retries = 0
+    result(PROGRESS)
+    aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=401, text=status(401, 'Unauthorized', 'no')))
+    await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
+    assert watch.unsent
+    await processing.process_event(watch, {'type': 'DELETED', 'object': raw()}, False)
+    assert watch.unsent == {}
+
+
 async def test_a_forbidden_patch_names_the_verb_and_the_resource(aresponses, host, watch, result, caplog):
     result(PROGRESS)
     message = ('kopfexamples.kopf.dev "ex" is forbidden: User "op" cannot patch resource "kopfexamples" '

@@ -3,7 +3,7 @@ import dataclasses
 import pytest
 
 import kopf.on
-from kopf.errors import DuplicateHandlerError
+from kopf.errors import DuplicateHandlerError, HandlerSignatureError
 from kopf.reactor import registries
 from kopf.reactor.causation import Reason
 from kopf.reactor.filters import PRESENT
@@ -219,3 +219,42 @@ def test_default_registry_can_be_replaced(monkeypatch):
     set_default_registry(fresh)
 
     assert get_default_registry() is fresh
+
+
+# Handlers are called with many keyword arguments: a function that cannot take them is refused at once.
+
+@pytest.mark.parametrize('decorator', [
+    kopf.on.create('pods'), kopf.on.event('pods'), kopf.daemon('pods'), kopf.timer('pods', interval=1),
+    kopf.index('pods'), kopf.on.startup(), kopf.on.probe(), kopf.on.validate('pods'),
+])
+def test_a_handler_without_kwargs_is_refused_with_its_name(decorator):
+    def named_only(spec, logger):
+        pass
+
+    with pytest.raises(HandlerSignatureError, match=r'named_only\(spec, logger\).*\*\*kwargs'):
+        decorator(named_only)
+
+
+def test_a_handler_with_positional_only_parameters_is_refused():
+    def positional(body, /, **kwargs):
+        pass
+
+    with pytest.raises(TypeError, match=r'positional-only.*body'):
+        kopf.on.create('pods', registry=OperatorRegistry())(positional)
+
+
+@pytest.mark.parametrize('fn', [
+    lambda **_: None,
+    lambda spec, logger, **kwargs: None,
+    lambda *args, **kwargs: None,
+    lambda optional=None, /, **kwargs: None,
+])
+def test_handlers_that_take_kwargs_are_accepted(fn):
+    kopf.on.create('pods', registry=OperatorRegistry())(fn)
+
+
+def test_subhandlers_are_checked_too():
+    from kopf.reactor import subhandling
+    with pytest.raises(TypeError, match='kwargs'):
+        subhandling.make_subhandler(lambda spec: None, context=subhandling.SubhandlingContext(
+            parent_id=HandlerId('p'), run=None))

@@ -8,8 +8,9 @@ import pytest
 import kopf
 from kopf.clients.errors import APIConnectionError, APIForbiddenError
 from kopf.config import OperatorConfig
-from kopf.reactor import running
+from kopf.reactor import observation, running
 from kopf.reactor.registries import OperatorRegistry
+from kopf.structs.namespaces import NamespaceScope
 from kopf.structs.resources import Resource, Selector
 
 
@@ -130,7 +131,7 @@ async def test_settings_is_kopfs_name_of_config(monkeypatch):
     await kopf.operator(settings=settings, namespace='ns1', namespaces=['ns2'])
     assert seen['config'] is settings
     assert seen['namespaces'] == ('ns2', 'ns1')
-    assert seen['clusterwide'] is False
+    assert seen['scope'] == NamespaceScope.parse(['ns2', 'ns1'])  # not cluster-wide
 
 
 async def test_settings_and_a_different_config_are_refused():
@@ -173,11 +174,11 @@ async def test_everything_adds_every_other_served_resource_once(monkeypatch):
     async def scan(*, context, all_versions=False):
         return [PODS, KEX, CMS]
 
-    monkeypatch.setattr(running.discovery, 'resolve', resolve)
-    monkeypatch.setattr(running.discovery, 'scan', scan)
+    monkeypatch.setattr(observation.discovery, 'resolve', resolve)
+    monkeypatch.setattr(observation.discovery, 'scan', scan)
     explicit = Selector(name='kopfexamples')
-    resolved = await running._resolve(None, [explicit, Selector(everything=True)])
-    assert resolved == {
+    resolution = await observation.resolve(None, [explicit, Selector(everything=True)])
+    assert resolution.resources == {
         explicit: KEX_OLD,  # named explicitly: in its own version, and not watched again
         Selector(group='', version='v1', plural='pods'): PODS,
         Selector(group='', version='v1', plural='configmaps'): CMS,
@@ -191,9 +192,10 @@ async def test_without_everything_nothing_is_scanned(monkeypatch):
     async def resolve(*, context, selector):
         return PODS
 
-    monkeypatch.setattr(running.discovery, 'resolve', resolve)
-    monkeypatch.setattr(running.discovery, 'scan', scan)
-    assert await running._resolve(None, [Selector(name='pods')]) == {Selector(name='pods'): PODS}
+    monkeypatch.setattr(observation.discovery, 'resolve', resolve)
+    monkeypatch.setattr(observation.discovery, 'scan', scan)
+    resolution = await observation.resolve(None, [Selector(name='pods')])
+    assert resolution.resources == {Selector(name='pods'): PODS}
 
 
 def test_handlers_of_everything_serve_every_watched_resource():
@@ -216,9 +218,9 @@ async def test_categories_and_callables_add_what_they_select(monkeypatch):
         scans.append(all_versions)
         return [pods, apps, KEX, dataclasses.replace(KEX_OLD, preferred=False), CMS]
 
-    monkeypatch.setattr(running.discovery, 'scan', scan)
+    monkeypatch.setattr(observation.discovery, 'scan', scan)
     by_category, by_callable = Selector(category='all'), Selector(predicate=lambda r: r.group == 'kopf.dev')
-    resolved = await running._resolve(None, [by_category, by_callable])
+    resolved = (await observation.resolve(None, [by_category, by_callable])).resources
     assert scans == [True]  # a callable chooses among all versions
     assert set(resolved.values()) == {pods, apps, KEX, KEX_OLD}
     assert resolved[Selector(group='kopf.dev', version='v1beta1', plural='kopfexamples')] == KEX_OLD
@@ -327,8 +329,8 @@ async def test_handlers_of_any_resource_wait_until_every_indexed_listing_is_in(m
     config = OperatorConfig()
     config.batching.exit_timeout = 0.1
     task = asyncio.create_task(running._watch_all(
-        context=None, resources=resources, registry=registry, config=config, memo=None,
-        namespaces=['ns1', 'ns2'], stop=stop, ready_flag=None))
+        context=None, insights=observation.Insights(resources=resources, namespaces=['ns1', 'ns2']),
+        registry=registry, config=config, memo=None, stop=stop, ready_flag=None))
     await asyncio.sleep(0.1)
     assert seen == []  # the kopfexamples are listed, but the pods are not indexed yet
 
@@ -394,3 +396,25 @@ def test_other_watch_failures_say_what_they_mean_or_name_the_error():
     assert unreachable.startswith("Watching kopfexamples.v1.kopf.dev cluster-wide has failed: Cannot reach")
     unexpected = running.watch_failure(ValueError('odd'), KEX, 'ns1')
     assert unexpected == "Watching kopfexamples.v1.kopf.dev in 'ns1' has failed: ValueError: odd"
+
+
+async def test_a_malformed_namespace_pattern_stops_the_operator_before_anything_runs():
+    registry = OperatorRegistry()
+    started = []
+    kopf.on.startup(registry=registry)(lambda **_: started.append(1))
+    with pytest.raises(running.OperatorError, match=r"Invalid namespace pattern 'myapp-\*,'"):
+        await kopf.operator(registry=registry, namespaces=['ns1', 'myapp-*,'])
+    assert started == []
+
+
+async def test_namespace_patterns_reach_the_operator_parsed(monkeypatch):
+    seen = {}
+
+    async def serve(**kwargs):
+        seen.update(kwargs)
+
+    monkeypatch.setattr(running, '_serve', serve)
+    await kopf.operator(namespaces=['myapp-*,!*-pr-*'], namespace='tools')
+    assert seen['scope'].select(['myapp-live', 'myapp-pr-1', 'tools', 'other']) == {'myapp-live', 'tools'}
+    await kopf.operator(namespaces=['myapp-*'], clusterwide=True)
+    assert seen['scope'] is None  # cluster-wide wins, as before

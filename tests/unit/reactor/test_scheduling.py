@@ -1,6 +1,7 @@
 """
 Scheduling: which due handlers run in a cycle, in what order, and when the cycle stops to persist.
 """
+import asyncio
 import json
 import logging
 
@@ -384,3 +385,131 @@ async def test_forget_follows_subrefs_recursively_through_the_storage(clock):
 
     annotations = apply(raw, await facade.commit())['metadata']['annotations']
     assert sorted(annotations) == ['kopf.zalando.org/p.c-', 'kopf.zalando.org/unrelated']
+
+
+# Finished work is persisted before another handler runs long.
+
+async def until(condition):
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("The condition never came true.")
+
+
+def slow_handler(clock, started, seconds, result=None):
+    async def fn(**_):
+        started.set()
+        await clock.sleep(seconds)
+        return result
+    return fn
+
+
+async def test_a_finished_handler_is_stored_while_the_next_one_runs_long(server, registry, clock):
+    started = asyncio.Event()
+    kopf.on.create(*RESOURCE, id='quick', registry=registry)(make_handler([], 'quick', result='q'))
+    kopf.on.create(*RESOURCE, id='slow', registry=registry)(slow_handler(clock, started, 25, result='s'))
+
+    cycle = asyncio.create_task(server.cycle(early=True))
+    await asyncio.wait_for(started.wait(), 5)
+    assert server.early == []
+    clock.advance(0.9)
+    await asyncio.sleep(0)
+    assert server.early == []  # within the budget: it waits for the cycle's patch
+    clock.advance(0.2)
+    await until(lambda: server.early)
+    assert fetch(server, 'quick')['success'] is True
+    assert server.raw['status'] == {'quick': 'q'}
+    assert not fetch(server, 'slow').get('success') and not fetch(server, 'slow').get('stopped')
+
+    clock.advance(24)
+    result = await cycle
+    assert result.done
+    assert len(server.early) == 1
+    assert server.raw['status'] == {'quick': 'q', 'slow': 's'}
+
+
+async def test_a_finished_subhandler_is_stored_while_a_sibling_runs_long(server, registry, clock):
+    started = asyncio.Event()
+
+    @kopf.on.create(*RESOURCE, id='parent', registry=registry)
+    def parent(**_):
+        kopf.register(make_handler([], 'quick', result='q'), id='quick')
+        kopf.register(slow_handler(clock, started, 25), id='slow')
+
+    cycle = asyncio.create_task(server.cycle(early=True))
+    await asyncio.wait_for(started.wait(), 5)
+    clock.advance(1)
+    await until(lambda: server.early)
+    assert fetch(server, 'parent/quick')['success'] is True
+    assert server.raw['status'] == {'parent/quick': 'q'}
+    assert not fetch(server, 'parent').get('stopped')
+
+    clock.advance(24)
+    await cycle
+    await server.run()
+    assert not any(fetch(server, key) for key in ['parent', 'parent/quick', 'parent/slow'])
+
+
+async def test_the_finished_work_includes_the_changes_of_the_finished_handlers_only(server, registry, clock):
+    started = asyncio.Event()
+
+    @kopf.on.create(*RESOURCE, id='first', registry=registry)
+    def first(patch, **_):
+        patch.status['first'] = 'done'
+
+    @kopf.on.create(*RESOURCE, id='second', registry=registry)
+    async def second(patch, **_):
+        started.set()
+        patch.status['second'] = 'half-way'  # not finished: not to be stored early
+        await clock.sleep(10)
+
+    cycle = asyncio.create_task(server.cycle(early=True))
+    await asyncio.wait_for(started.wait(), 5)
+    clock.advance(1)
+    await until(lambda: server.early)
+    assert server.early[0]['status'] == {'first': 'done'}
+    clock.advance(9)
+    await cycle
+    assert server.raw['status'] == {'first': 'done', 'second': 'half-way'}
+
+
+async def test_quick_handlers_send_nothing_early(server, registry, clock):
+    for handler_id in ['a', 'b', 'c']:
+        kopf.on.create(*RESOURCE, id=handler_id, registry=registry)(make_handler([], handler_id, result=1))
+    await server.cycle(early=True)
+    clock.advance(5)
+    await asyncio.sleep(0)
+    assert server.early == []
+    assert len(server.patches) == 1
+
+
+async def test_a_lone_long_handler_sends_nothing_early(server, registry, clock):
+    started = asyncio.Event()
+    kopf.on.create(*RESOURCE, id='slow', registry=registry)(slow_handler(clock, started, 25))
+    cycle = asyncio.create_task(server.cycle(early=True))
+    await asyncio.wait_for(started.wait(), 5)
+    clock.advance(25)
+    await cycle
+    assert server.early == []  # nothing had finished before it: the start records wait for the cycle's patch
+
+
+async def test_a_failed_early_write_leaves_everything_to_the_cycles_patch(server, registry, clock):
+    started = asyncio.Event()
+    attempts = []
+
+    async def refuse(patch, essential):
+        attempts.append(patch)
+        return None
+
+    kopf.on.create(*RESOURCE, id='quick', registry=registry)(make_handler([], 'quick', result='q'))
+    kopf.on.create(*RESOURCE, id='slow', registry=registry)(slow_handler(clock, started, 25))
+    server.send_early = refuse
+    cycle = asyncio.create_task(server.cycle(early=True))
+    await asyncio.wait_for(started.wait(), 5)
+    clock.advance(1)
+    await until(lambda: attempts)
+    clock.advance(24)
+    result = await cycle
+    assert result.done
+    assert server.raw['status'] == {'quick': 'q'}

@@ -211,17 +211,24 @@ def api(aresponses, host):
     async def handler(request: web.Request) -> web.Response:
         kind, _, name = request.path.rpartition('/')
         body = json.loads(await request.text()) if request.can_read_body else None
-        state['writes'].append((request.method, request.path))
+        if request.method != 'GET':
+            state['writes'].append((request.method, request.path))
         if request.method == 'POST':
             state['objects'][(request.path, body['metadata']['name'])] = body
             return web.json_response(body, status=201)
         key = (kind, name)
         if key not in state['objects']:
             return web.json_response({'kind': 'Status', 'code': 404}, status=404)
+        if request.method == 'GET':
+            return web.json_response(state['objects'][key])
         if request.method == 'DELETE':
             del state['objects'][key]
         else:
-            state['objects'][key] = {**state['objects'][key], **body}
+            merged = {**state['objects'][key], **body}
+            annotations = {**state['objects'][key].get('metadata', {}).get('annotations', {}),
+                           **body.get('metadata', {}).get('annotations', {})}
+            merged['metadata'] = {**state['objects'][key].get('metadata', {}), 'annotations': annotations}
+            state['objects'][key] = merged
         return web.json_response({})
 
     for path in [VALIDATING, MUTATING]:
@@ -239,9 +246,9 @@ def settings(server, managed='auto.kopf.dev'):
     return config
 
 
-def webhooks_of(registry, context, config, stop, namespaces=None):
+def webhooks_of(registry, context, config, stop, namespaces=None, replicas=None):
     return serving.admission_webhooks(context=context, registry=registry, resources=RESOURCES, config=config,
-                                      memo=kopf.Memo(), namespaces=namespaces, stop=stop)
+                                      memo=kopf.Memo(), namespaces=namespaces, stop=stop, replicas=replicas)
 
 
 async def test_configurations_exist_while_serving_and_are_removed_on_exit(registry, context, api):
@@ -376,3 +383,115 @@ async def test_a_real_server_answers_reviews_and_refuses_non_reviews_with_400(re
     assert answer['response'] == {'uid': 'u', 'allowed': False, 'status': {'code': 403, 'message': "No, thanks."}}
     assert status == 400
     assert text.strip() == "Not an AdmissionReview: kind='Pod'."
+
+
+# Replicas: one steward keeps the configurations.
+
+def served(webhooks, steward='a', **extra):
+    """A configuration as the server returns it: with our webhooks, the server's defaults, and the steward."""
+    defaulted = [{'timeoutSeconds': 10, 'namespaceSelector': {}, 'objectSelector': {}, **webhook,
+                  'clientConfig': {**webhook['clientConfig'], **extra}} for webhook in webhooks]
+    return {'metadata': {'name': 'auto.kopf.dev', 'resourceVersion': '7',
+                         'annotations': {serving.STEWARD_ANNOTATION: steward}}, 'webhooks': defaulted}
+
+
+def test_the_servers_defaults_are_the_same_substance(registry):
+    kopf.on.validate('kopfexamples', id='check', registry=registry)(fn)
+    desired = layout(registry)
+    assert serving.same_substance(served(desired), desired, steward='a')
+    assert serving.same_substance(served(desired, port=443), desired, steward='a')  # e.g. a service's port
+
+
+def test_another_endpoint_another_steward_or_other_webhooks_are_another_substance(registry):
+    kopf.on.validate('kopfexamples', id='check', labels={'app': 'x'}, registry=registry)(fn)
+    desired = layout(registry)
+    assert not serving.same_substance(served(desired), desired, steward='b')
+    moved = [{**w, 'clientConfig': {**w['clientConfig'], 'url': 'https://elsewhere/check'}} for w in desired]
+    assert not serving.same_substance(served(moved), desired, steward='a')
+    assert not serving.same_substance(served(desired + desired), desired, steward='a')
+    unselected = [{k: v for k, v in w.items() if k != 'objectSelector'} for w in desired]
+    assert not serving.same_substance(served(desired), unselected, steward='a')  # a selector was dropped
+
+
+class FakeReplicas:
+    """The replicas as the managed configurations see them; the test decides who keeps them and who lives."""
+
+    def __init__(self, identity='a', *, steward=False, alone=True):
+        self.identity = identity
+        self.is_steward = steward
+        self.is_alone = alone
+        self.revision = 0
+        self._changed = asyncio.Event()
+        self.handover_timeout = 2.0
+
+    def steward(self, key):
+        assert key == 'admission:auto.kopf.dev'
+        return self.is_steward
+
+    def change(self, **kwargs):
+        for name, value in kwargs.items():
+            setattr(self, name, value)
+        self.revision += 1
+        self._changed.set()
+
+    async def revised(self, revision):
+        while self.revision == revision:
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def alone(self):
+        return self.is_alone
+
+
+async def eventually(condition, timeout=2.0):
+    for _ in range(int(timeout / 0.01)):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    pytest.fail("Timed out.")
+
+
+async def test_only_the_steward_writes_and_only_what_differs(registry, context, api):
+    kopf.on.validate('kopfexamples', id='check', registry=registry)(fn)
+    replicas = FakeReplicas()
+    async with webhooks_of(registry, context, settings(FakeServer()), asyncio.Event(), replicas=replicas):
+        await asyncio.sleep(0.05)
+        assert api['writes'] == []  # not the steward: it serves, but writes nothing
+        replicas.change(is_steward=True)
+        await eventually(lambda: api['validating']() is not None)
+        assert api['validating']()['metadata']['annotations'] == {serving.STEWARD_ANNOTATION: 'a'}
+        writes = len(api['writes'])
+        replicas.change(is_steward=False)
+        replicas.change(is_steward=True)  # the steward again: it looks, but the substance is the same
+        await asyncio.sleep(0.05)
+        assert len(api['writes']) == writes
+    assert api['validating']() is None  # the last replica, and the steward: removed
+
+
+async def test_an_exiting_steward_leaves_the_configurations_to_the_others_once_one_keeps_them(
+        registry, context, api):
+    kopf.on.validate('kopfexamples', id='check', registry=registry)(fn)
+    replicas = FakeReplicas(steward=True, alone=False)
+    server = FakeServer()
+
+    async def take_over():
+        await asyncio.sleep(0.3)
+        assert not server.stopped.is_set()  # it still serves while nobody else keeps them
+        api['validating']()['metadata']['annotations'][serving.STEWARD_ANNOTATION] = 'b'
+
+    async with webhooks_of(registry, context, settings(server), asyncio.Event(), replicas=replicas):
+        await eventually(lambda: api['validating']() is not None)
+        replicas.change(is_steward=False)  # stepping down, as at the exit
+        other = asyncio.create_task(take_over())
+    await other
+    assert api['validating']()['metadata']['annotations'][serving.STEWARD_ANNOTATION] == 'b'
+    assert api['validating']()['webhooks']
+
+
+async def test_a_replica_that_does_not_keep_the_configurations_leaves_them_alone_at_exit(registry, context, api):
+    kopf.on.validate('kopfexamples', id='check', registry=registry)(fn)
+    api['objects'][(VALIDATING, 'auto.kopf.dev')] = served(layout(registry), steward='b')
+    async with webhooks_of(registry, context, settings(FakeServer()), asyncio.Event(),
+                           replicas=FakeReplicas(alone=True)):
+        pass
+    assert api['writes'] == []

@@ -193,3 +193,80 @@ def test_helpers_are_public_under_kopf():
     assert kopf.remove_owner_reference is hierarchies.remove_owner_reference
     assert kopf.harmonize_naming is hierarchies.harmonize_naming
     assert kopf.adjust_namespace is hierarchies.adjust_namespace
+
+
+# The models of the official clients, as Kopf's users create children with them.
+
+@pytest.fixture(params=['kubernetes', 'kubernetes_asyncio'])
+def client(request):
+    """The models of one of the official clients (``kubernetes`` builds them on pydantic, the other not)."""
+    return pytest.importorskip(request.param).client
+
+
+async def test_adopt_prepares_a_model_of_the_official_clients(client):
+    pod = client.V1Pod()
+    hierarchies.adopt(pod, OWNER)
+    assert isinstance(pod.metadata, client.V1ObjectMeta)
+    assert (pod.metadata.namespace, pod.metadata.generate_name, pod.metadata.name) == ('ns', 'parent-', None)
+    assert pod.metadata.labels == {'app': 'demo'}
+    ref, = pod.metadata.owner_references
+    assert isinstance(ref, client.V1OwnerReference)
+    assert (ref.api_version, ref.kind, ref.name, ref.uid, ref.controller, ref.block_owner_deletion) == (
+        'kopf.dev/v1', 'KopfExample', 'parent', 'u-1', True, True)
+    api = client.ApiClient()  # as the client sends it
+    assert api.sanitize_for_serialization(pod)['metadata']['ownerReferences'][0]['blockOwnerDeletion'] is True
+    closing = api.close()
+    if closing is not None:
+        await closing
+
+
+def test_a_model_keeps_what_it_has_and_gets_one_reference_per_owner(client):
+    pod = client.V1Pod(metadata=client.V1ObjectMeta(name='x', namespace='other', labels={'app': 'mine'}))
+    hierarchies.adopt(pod, OWNER)
+    hierarchies.adopt(pod, OWNER)
+    assert (pod.metadata.name, pod.metadata.generate_name, pod.metadata.namespace) == ('x', None, 'other')
+    assert pod.metadata.labels == {'app': 'mine'}
+    assert len(pod.metadata.owner_references) == 1
+    hierarchies.remove_owner_reference(pod, OWNER)
+    assert pod.metadata.owner_references == []
+
+
+def test_the_other_helpers_change_models_as_dicts(client):
+    pod = client.V1Pod(metadata=client.V1ObjectMeta(name='x', namespace='other'))
+    hierarchies.harmonize_naming(pod, 'n1', strict=True, forced=True)
+    hierarchies.adjust_namespace(pod, 'ns2', forced=True)
+    hierarchies.label([pod], {'a': 'b'})
+    assert (pod.metadata.name, pod.metadata.generate_name, pod.metadata.namespace) == ('n1', None, 'ns2')
+    assert pod.metadata.labels == {'a': 'b'}
+
+
+def test_nested_templates_of_models_are_labelled(client):
+    job = client.V1Job(spec=client.V1JobSpec(template=client.V1PodTemplateSpec()))
+    hierarchies.label(job, {'a': 'b'}, nested='spec.template')
+    assert job.metadata.labels == {'a': 'b'}
+    assert job.spec.template.metadata.labels == {'a': 'b'}
+
+
+def test_a_model_can_be_the_owner(client):
+    owner = client.V1Pod(api_version='v1', kind='Pod', metadata=client.V1ObjectMeta(
+        name='p', namespace='n', uid='u-2', labels={'x': 'y'}))
+    child = {}
+    hierarchies.adopt(child, owner)
+    assert child['metadata'] == {
+        'ownerReferences': [{'apiVersion': 'v1', 'kind': 'Pod', 'name': 'p', 'uid': 'u-2', 'controller': True,
+                             'blockOwnerDeletion': True}],
+        'generateName': 'p-', 'namespace': 'n', 'labels': {'x': 'y'}}
+
+
+def test_pykube_objects_are_changed_in_their_dicts():
+    pykube = pytest.importorskip('pykube')
+    pod = pykube.Pod(None, {'metadata': {}})
+    hierarchies.adopt(pod, OWNER)
+    assert pod.obj['metadata']['generateName'] == 'parent-'
+    assert pod.obj['metadata']['ownerReferences'][0]['uid'] == 'u-1'
+
+
+@pytest.mark.parametrize('obj', [object(), 'a string', 42, kopf.Body({})])
+def test_other_objects_are_refused_with_what_is_accepted(obj):
+    with pytest.raises(TypeError, match='kubernetes'):
+        hierarchies.adopt(obj, OWNER)

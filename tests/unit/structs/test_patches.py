@@ -58,3 +58,18 @@ def test_transformation_functions_make_a_patch_true_but_add_nothing_to_merge():
     assert patch
     assert dict(patch) == {} and len(patch) == 0
     assert Patch({'spec': {'x': 1}})  # keys alone, as ever
+
+
+def test_copies_of_a_patch_copy_the_changes_and_share_the_functions():
+    import copy
+    import functools
+    import threading
+
+    fn = functools.partial(lambda body, lock: None, lock=threading.Lock())  # a lock cannot be deep-copied
+    patch = Patch({'spec': {'items': [1]}})
+    patch.fns.append(fn)
+
+    deep, shallow = copy.deepcopy(patch), copy.copy(patch)
+
+    assert deep == patch and deep.fns == [fn] and deep['spec'] is not patch['spec']
+    assert shallow == patch and shallow.fns == [fn] and shallow.fns is not patch.fns

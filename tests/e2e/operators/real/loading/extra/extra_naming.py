@@ -1,0 +1,2 @@
+def suffix() -> str:
+    return 'extra'
