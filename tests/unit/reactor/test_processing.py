@@ -715,3 +715,20 @@ async def test_a_daemon_and_the_handlers_of_its_object_share_one_memo(context):
         await asyncio.wait_for(noticed.wait(), timeout=5)
     finally:
         await keeper.close(timeout=1)
+
+
+async def test_the_functions_of_a_patch_the_api_would_not_take_are_kept_with_it(
+        aresponses, host, watch, monkeypatch):
+    watch.context.throttle_retries = 0
+    transformations(monkeypatch, {'spec': {'x': 1}}, [add_mine])
+    aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=429, text=status(429, 'TooManyRequests', 'slow'),
+                                                            headers={'Retry-After': '1'}))
+    await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
+
+    sent = []
+    aresponses.add(host, PATH, 'PATCH', patched([], '2'))
+    aresponses.add(host, PATH, 'PATCH', json_patched(sent, '3'))
+    outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, True)
+
+    assert [ops[-1] for _, ops in sent] == [{'op': 'add', 'path': '/metadata/finalizers/0', 'value': 'mine'}]
+    assert outcome.resource_version == '3'
