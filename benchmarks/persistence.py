@@ -3,7 +3,7 @@ Benchmark: the cost of persisting handler progress, per handling cycle.
 
 Simulates the full life of one object's creation with N handlers, where every
 handler fails once and succeeds on its retry, through the real handling cycle
-(``kopf.reactor.cycle.handle_object``) and the default storages, with the
+(``kopf._cycle.cycle.handle_object``) and the default storages, with the
 server simulated by applying each patch in memory. Prints figures; asserts
 nothing. Run: ``python benchmarks/persistence.py``.
 """
@@ -17,10 +17,11 @@ import time
 import tracemalloc
 
 import kopf
-from kopf.reactor import cycle, progression
-from kopf.structs.bodies import Body
-from kopf.structs.patches import apply
-from kopf.structs.resources import Selector
+from kopf._cycle import cycle
+from kopf._handlers import progression
+from kopf._structs.bodies import Body
+from kopf._structs.patches import apply
+from kopf._structs.resources import Selector
 
 
 def build_registry(n: int) -> kopf.OperatorRegistry:

@@ -49,8 +49,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.replicas_operator import burn  # noqa: E402
-from kopf.reactor import ownership  # noqa: E402
-from kopf.reactor.queueing import object_key  # noqa: E402
+from kopf._cycle.queueing import object_key  # noqa: E402
+from kopf._replicas import ownership  # noqa: E402
 from tests.e2e.controlplane import ControlPlane  # noqa: E402
 from tests.e2e.kubeapi import KubeAPI  # noqa: E402
 

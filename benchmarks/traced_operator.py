@@ -108,7 +108,7 @@ def _dump(directory: Path) -> None:
 
 def _trim(directory: Path) -> None:
     """Give the allocator's free memory back to the system, to tell free-but-kept memory from live."""
-    from kopf.engines import allocation
+    from kopf._runtime import allocation
     gc.collect()
     allocation.release_free_memory()
     (directory / 'trimmed.done').touch()
@@ -116,7 +116,7 @@ def _trim(directory: Path) -> None:
 
 def main(argv: Sequence[str]) -> None:
     """``kopf run`` of this framework, with tracemalloc on and a snapshot dumped on SIGUSR1."""
-    from kopf.engines import allocation
+    from kopf._runtime import allocation
     allocation.use_c_allocator()  # as ``kopf run`` does, so that the figures are of the same allocator
     frames = int(os.environ.get(FRAMES_ENV, '1'))
     if frames:

@@ -6,7 +6,23 @@ This module only re-exports the public API; everything lives in sub-packages.
 import importlib.metadata
 
 from kopf import on
-from kopf.clients.auth import (
+from kopf._admission.servers import (
+    WebhookAutoServer,
+    WebhookAutoTunnel,
+    WebhookDockerDesktopServer,
+    WebhookK3dServer,
+    WebhookMinikubeServer,
+    WebhookNgrokTunnel,
+    WebhookServer,
+)
+from kopf._handlers import lifecycles
+from kopf._handlers.filters import ABSENT, PRESENT, all_, any_, none_, not_
+from kopf._handlers.lifecycles import get_default_lifecycle, set_default_lifecycle
+from kopf._handlers.loggers import LocalObjectLogger, ObjectLogger
+from kopf._handlers.reasons import Reason
+from kopf._handlers.registries import Activity, OperatorRegistry, get_default_registry, set_default_registry
+from kopf._indexing.indexes import Index, Store
+from kopf._kube.auth import (
     LoginError,
     login_default,
     login_via_async_client,
@@ -17,19 +33,72 @@ from kopf.clients.auth import (
     login_with_kubeconfig,
     login_with_service_account,
 )
-from kopf.config import OperatorConfig, OperatorSettings
-from kopf.engines.loggers import LocalObjectLogger, ObjectLogger
-from kopf.engines.logsetup import LogFormat, configure
-from kopf.engines.posting import event, exception, info, warn
-from kopf.engines.webhooks import (
-    WebhookAutoServer,
-    WebhookAutoTunnel,
-    WebhookDockerDesktopServer,
-    WebhookK3dServer,
-    WebhookMinikubeServer,
-    WebhookNgrokTunnel,
-    WebhookServer,
+from kopf._runtime.logsetup import LogFormat, configure
+from kopf._runtime.posting import event, exception, info, warn
+from kopf._runtime.running import OperatorError, operator, run, run_tasks, spawn_tasks
+from kopf._storage.configmaps import ConfigMapDiffBaseStorage, ConfigMapProgressStorage
+from kopf._storage.diffbase import (
+    AnnotationsDiffBaseStorage,
+    BodyEssence,
+    DiffBaseStorage,
+    MultiDiffBaseStorage,
+    StatusDiffBaseStorage,
 )
+from kopf._storage.errors import StorageError
+from kopf._storage.progress import (
+    AnnotationsProgressStorage,
+    MultiProgressStorage,
+    ProgressStorage,
+    SmartProgressStorage,
+    StatusProgressStorage,
+)
+from kopf._storage.records import ProgressRecord
+from kopf._storage.sqlite import SQLiteDiffBaseStorage, SQLiteProgressStorage
+from kopf._structs.bodies import Body, Meta, RawBody, Spec, Status
+from kopf._structs.credentials import AiohttpSession, ConnectionInfo
+from kopf._structs.dicts import FieldPath, FieldSpec
+from kopf._structs.diffs import Diff, DiffItem, DiffOperation
+from kopf._structs.ephemera import Memo
+from kopf._structs.hierarchies import (
+    adjust_namespace,
+    adopt,
+    append_owner_reference,
+    build_object_reference,
+    build_owner_reference,
+    harmonize_naming,
+    label,
+    remove_owner_reference,
+)
+from kopf._structs.ids import HandlerId
+from kopf._structs.patches import Patch
+from kopf._structs.resources import EVERYTHING, Resource
+from kopf._structs.reviews import (
+    Headers,
+    Operation,
+    SSLPeer,
+    UserInfo,
+    WebhookClientConfig,
+    WebhookClientConfigService,
+    WebhookFn,
+    WebhookServerProtocol,
+)
+from kopf._structs.stoppers import (
+    AsyncDaemonStopperChecker,
+    DaemonStopped,
+    DaemonStoppingReason,
+    SyncDaemonStopperChecker,
+)
+from kopf._structs.typedefs import (
+    Annotations,
+    Labels,
+    Logger,
+    ObjectReference,
+    OwnerReference,
+    PatchFn,
+    RawEvent,
+    RawEventType,
+)
+from kopf.config import OperatorConfig, OperatorSettings
 from kopf.errors import (
     ActivityError,
     AdmissionError,
@@ -41,75 +110,6 @@ from kopf.errors import (
     TemporaryError,
 )
 from kopf.on import daemon, execute, index, register, subhandler, timer
-from kopf.reactor import lifecycles
-from kopf.reactor.causation import Reason
-from kopf.reactor.filters import ABSENT, PRESENT, all_, any_, none_, not_
-from kopf.reactor.lifecycles import get_default_lifecycle, set_default_lifecycle
-from kopf.reactor.registries import Activity, OperatorRegistry, get_default_registry, set_default_registry
-from kopf.reactor.running import OperatorError, operator, run, run_tasks, spawn_tasks
-from kopf.storage.configmaps import ConfigMapDiffBaseStorage, ConfigMapProgressStorage
-from kopf.storage.diffbase import (
-    AnnotationsDiffBaseStorage,
-    BodyEssence,
-    DiffBaseStorage,
-    MultiDiffBaseStorage,
-    StatusDiffBaseStorage,
-)
-from kopf.storage.errors import StorageError
-from kopf.storage.progress import (
-    AnnotationsProgressStorage,
-    MultiProgressStorage,
-    ProgressStorage,
-    SmartProgressStorage,
-    StatusProgressStorage,
-)
-from kopf.storage.records import ProgressRecord
-from kopf.storage.sqlite import SQLiteDiffBaseStorage, SQLiteProgressStorage
-from kopf.structs.bodies import Body, Meta, RawBody, Spec, Status
-from kopf.structs.credentials import AiohttpSession, ConnectionInfo
-from kopf.structs.dicts import FieldPath, FieldSpec
-from kopf.structs.diffs import Diff, DiffItem, DiffOperation
-from kopf.structs.ephemera import Memo
-from kopf.structs.hierarchies import (
-    adjust_namespace,
-    adopt,
-    append_owner_reference,
-    build_object_reference,
-    build_owner_reference,
-    harmonize_naming,
-    label,
-    remove_owner_reference,
-)
-from kopf.structs.ids import HandlerId
-from kopf.structs.indexes import Index, Store
-from kopf.structs.patches import Patch
-from kopf.structs.resources import EVERYTHING, Resource
-from kopf.structs.reviews import (
-    Headers,
-    Operation,
-    SSLPeer,
-    UserInfo,
-    WebhookClientConfig,
-    WebhookClientConfigService,
-    WebhookFn,
-    WebhookServerProtocol,
-)
-from kopf.structs.stoppers import (
-    AsyncDaemonStopperChecker,
-    DaemonStopped,
-    DaemonStoppingReason,
-    SyncDaemonStopperChecker,
-)
-from kopf.structs.typedefs import (
-    Annotations,
-    Labels,
-    Logger,
-    ObjectReference,
-    OwnerReference,
-    PatchFn,
-    RawEvent,
-    RawEventType,
-)
 
 try:
     # Kopf's documented way to name the framework, e.g. in a custom session's User-Agent.

@@ -30,19 +30,19 @@ from typing import Any, TypeVar
 
 import click
 
-from kopf.clients import auth
-from kopf.clients.auth import APIContext, LoginError
-from kopf.clients.errors import APIConnectionError, APIError, describe_api_failure
+from kopf._handlers.registries import OperatorRegistry, get_default_registry
+from kopf._kube import auth
+from kopf._kube.auth import APIContext, LoginError
+from kopf._kube.errors import APIConnectionError, APIError, describe_api_failure
+from kopf._replicas import freezing, peering
+from kopf._runtime import allocation, exiting, logsetup, running
+from kopf._storage.errors import StorageError
+from kopf._structs.namespaces import NamespacePatternError, NamespaceScope
+from kopf._tools import commands
+from kopf._tools.session import ToolError
+from kopf._tools.specs import SpecError
 from kopf.config import OperatorConfig
-from kopf.engines import allocation, logsetup
 from kopf.errors import ActivityError, DuplicateHandlerError, HandlerSignatureError
-from kopf.reactor import exiting, freezing, peering, running
-from kopf.reactor.registries import OperatorRegistry, get_default_registry
-from kopf.storage.errors import StorageError
-from kopf.structs.namespaces import NamespacePatternError, NamespaceScope
-from kopf.tools import commands
-from kopf.tools.session import ToolError
-from kopf.tools.specs import SpecError
 
 T = TypeVar('T')
 
@@ -122,7 +122,7 @@ def console() -> None:
     The ``kopf`` command as installed, and ``python -m kopf``.
 
     ``kopf run`` first starts CPython over with its C allocator, unless the
-    user chose one with ``PYTHONMALLOC``: see :mod:`kopf.engines.allocation`.
+    user chose one with ``PYTHONMALLOC``: see :mod:`kopf._runtime.allocation`.
     """
     if sys.argv[1:2] == ['run']:
         allocation.use_c_allocator()

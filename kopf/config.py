@@ -13,10 +13,10 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
-from kopf.storage import conventions
-from kopf.storage.diffbase import AnnotationsDiffBaseStorage, DiffBaseStorage
-from kopf.storage.progress import ProgressStorage, SmartProgressStorage
-from kopf.structs.reviews import WebhookServerProtocol
+from kopf._storage import conventions
+from kopf._storage.diffbase import AnnotationsDiffBaseStorage, DiffBaseStorage
+from kopf._storage.progress import ProgressStorage, SmartProgressStorage
+from kopf._structs.reviews import WebhookServerProtocol
 
 logger = logging.getLogger('kopf.config')
 

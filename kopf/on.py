@@ -9,7 +9,7 @@ argument, optionally preceded by its group and version (``'kopf.dev', 'v1'``,
 (``kind=``, ``plural=``, ``singular=``, ``shortcut=``, ``category=``,
 ``group=``, ``version=``); or as ``kopf.EVERYTHING`` or a callable that
 selects among the served resources (see
-:meth:`~kopf.structs.resources.Selector.from_args`). It is resolved against
+:meth:`~kopf._structs.resources.Selector.from_args`). It is resolved against
 the cluster when the operator starts. Each decorator registers the function and returns it
 unchanged, so that decorators can be stacked.
 """
@@ -20,11 +20,10 @@ from typing import Any, TypeVar
 
 from typing_extensions import Unpack
 
-from kopf.errors import ErrorsMode
-from kopf.reactor import registries, subhandling
-from kopf.reactor.causation import Reason
-from kopf.reactor.filters import MetaFilter, ValueFilter, WhenFilter, check_field_filters
-from kopf.reactor.registries import (
+from kopf._handlers import registries, subhandling
+from kopf._handlers.filters import MetaFilter, ValueFilter, WhenFilter, check_field_filters
+from kopf._handlers.reasons import Reason
+from kopf._handlers.registries import (
     Activity,
     ActivityHandler,
     AdmissionHandler,
@@ -37,10 +36,11 @@ from kopf.reactor.registries import (
     default_id,
     field_id,
 )
-from kopf.structs import dicts
-from kopf.structs.ids import HandlerId
-from kopf.structs.resources import ResourceArg, ResourceNames, Selector
-from kopf.structs.reviews import OPERATIONS, Operation, WebhookType
+from kopf._structs import dicts
+from kopf._structs.ids import HandlerId
+from kopf._structs.resources import ResourceArg, ResourceNames, Selector
+from kopf._structs.reviews import OPERATIONS, Operation, WebhookType
+from kopf.errors import ErrorsMode
 
 F = TypeVar('F', bound=Callable[..., Any])
 Decorator = Callable[[F], F]

@@ -16,8 +16,8 @@ from typing import Any
 import click.testing
 
 from kopf import cli
+from kopf._handlers.registries import OperatorRegistry
 from kopf.config import OperatorConfig
-from kopf.reactor.registries import OperatorRegistry
 
 
 class KopfRunner:

@@ -1,7 +1,7 @@
 """
 A minimal synchronous Kubernetes API client for end-to-end tests.
 
-Deliberately independent of ``kopf.clients``: the tests check what the real
+Deliberately independent of ``kopf._kube``: the tests check what the real
 server holds with a second, plain client, so a bug in our client cannot hide
 itself.
 """

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from kopf.reactor import ownership, serving
+from kopf._admission import serving
+from kopf._replicas import ownership
 from tests.e2e.harness import OPERATORS, OperatorProcess, kopf_run, read_calls
 from tests.e2e.kubeapi import KubeAPI, KubeAPIError, wait_for
 

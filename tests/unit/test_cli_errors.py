@@ -3,13 +3,7 @@ import click.testing
 import pytest
 
 from kopf import cli
-from kopf.clients.errors import (
-    APIConnectionError,
-    APIForbiddenError,
-    APIServerError,
-    APIUnauthorizedError,
-    LoginError,
-)
+from kopf._kube.errors import APIConnectionError, APIForbiddenError, APIServerError, APIUnauthorizedError, LoginError
 
 
 @pytest.fixture()

@@ -4,12 +4,12 @@ from typing import Any
 import pytest
 
 import kopf.on
+from kopf._handlers import subhandling
+from kopf._handlers.filters import ABSENT, PRESENT
+from kopf._handlers.reasons import Reason
+from kopf._handlers.registries import Activity, OperatorRegistry
+from kopf._structs.resources import Selector
 from kopf.errors import ErrorsMode
-from kopf.reactor import subhandling
-from kopf.reactor.causation import Reason
-from kopf.reactor.filters import ABSENT, PRESENT
-from kopf.reactor.registries import Activity, OperatorRegistry
-from kopf.structs.resources import Selector
 
 
 @pytest.fixture()

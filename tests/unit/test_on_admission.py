@@ -2,11 +2,11 @@
 import pytest
 
 import kopf
+from kopf._handlers.registries import OperatorRegistry
+from kopf._structs.resources import Selector
+from kopf._structs.reviews import WebhookType
 from kopf.config import OperatorConfig
 from kopf.errors import DuplicateHandlerError
-from kopf.reactor.registries import OperatorRegistry
-from kopf.structs.resources import Selector
-from kopf.structs.reviews import WebhookType
 
 
 @pytest.fixture()

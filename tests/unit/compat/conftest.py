@@ -1,7 +1,6 @@
 """
 The forms that Kopf documents, each checked in-process where that is honest enough.
 
-The handling cycle is driven as in ``tests/unit/reactor``: one object on a
+The handling cycle is driven as in ``tests/unit/cycle``: one object on a
 simulated API server, a frozen clock moved by the delays asked for.
 """
-from tests.unit.reactor.conftest import clock, config, raw, registry, server  # noqa: F401  (fixtures)

@@ -4,8 +4,8 @@ Kopf's admission forms (its "Admission control" page) that the reviews alone sho
 import pytest
 
 import kopf
-from kopf.reactor.registries import OperatorRegistry
-from tests.unit.reactor.test_admission import review, serve
+from kopf._handlers.registries import OperatorRegistry
+from tests.unit.admission.test_handling import review, serve
 
 
 def fn(**_):

@@ -7,8 +7,8 @@ import importlib.metadata
 import aiohttp
 
 import kopf
-from kopf.reactor import running
-from kopf.reactor.registries import OperatorRegistry
+from kopf._handlers.registries import OperatorRegistry
+from kopf._runtime import running
 
 KUBECONFIG = '''
 apiVersion: v1

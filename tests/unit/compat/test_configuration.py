@@ -12,9 +12,9 @@ import threading
 import pytest
 
 import kopf
-from kopf.reactor import running
-from kopf.reactor.registries import OperatorRegistry
-from tests.unit.reactor.conftest import RESOURCE
+from kopf._handlers.registries import OperatorRegistry
+from kopf._runtime import running
+from tests.unit.conftest import RESOURCE
 
 KOPFS_DEFAULTS = [
     ('posting.enabled', True),

@@ -7,8 +7,8 @@ tests are about how the operator is entered and left, not about handling.
 import asyncio
 
 import kopf
-from kopf.reactor import running
-from kopf.reactor.registries import OperatorRegistry
+from kopf._handlers.registries import OperatorRegistry
+from kopf._runtime import running
 
 
 def test_run_takes_an_event_loop_as_in_kopf(monkeypatch):

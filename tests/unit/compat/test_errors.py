@@ -2,7 +2,7 @@
 Kopf's error handling (its "Error handling" page): the delays of retries, driven through the handling cycle.
 """
 import kopf
-from tests.unit.reactor.conftest import RESOURCE, make_handler, names
+from tests.unit.conftest import RESOURCE, make_handler, names
 
 
 async def test_a_temporary_error_is_retried_after_60_seconds_by_default_as_in_kopf(server, registry):

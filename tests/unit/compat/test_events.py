@@ -5,11 +5,11 @@ import asyncio
 import logging
 
 import kopf
+from kopf._cycle import processing
+from kopf._handlers.registries import OperatorRegistry
+from kopf._runtime import posting
+from kopf._structs.resources import Resource, Selector
 from kopf.config import OperatorConfig, PostingConfig
-from kopf.engines import posting
-from kopf.reactor import processing
-from kopf.reactor.registries import OperatorRegistry
-from kopf.structs.resources import Resource, Selector
 
 KEX = Resource(group='kopf.dev', version='v1', plural='kopfexamples', kind='KopfExample')
 

@@ -2,7 +2,7 @@
 Kopf's filters (its "Filtering" page), driven through the handling cycle in-process.
 """
 import kopf
-from tests.unit.reactor.conftest import LAST_HANDLED, RESOURCE, make_handler, names
+from tests.unit.conftest import LAST_HANDLED, RESOURCE, make_handler, names
 
 
 async def test_an_empty_label_is_present_as_in_kopf(server, registry):

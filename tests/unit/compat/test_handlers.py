@@ -4,7 +4,7 @@ Kopf's handler forms (its "Handlers" and "Arguments" pages), driven through the 
 import functools
 
 import kopf
-from tests.unit.reactor.conftest import FINALIZER, RESOURCE, make_handler, names
+from tests.unit.conftest import FINALIZER, RESOURCE, make_handler, names
 
 
 def deleting(server):

@@ -6,7 +6,7 @@ import contextvars
 import pytest
 
 import kopf
-from kopf.structs import hierarchies
+from kopf._structs import hierarchies
 
 OWNER = {'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample',
          'metadata': {'name': 'kopf-example-1', 'namespace': 'default', 'uid': '6b931859',

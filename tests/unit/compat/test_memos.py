@@ -8,10 +8,10 @@ import copy
 import dataclasses
 
 import kopf
+from kopf._cycle import processing
+from kopf._handlers.registries import OperatorRegistry
+from kopf._structs.resources import Resource, Selector
 from kopf.config import OperatorConfig
-from kopf.reactor import processing
-from kopf.reactor.registries import OperatorRegistry
-from kopf.structs.resources import Resource, Selector
 
 KEX = Resource(group='kopf.dev', version='v1', plural='kopfexamples', kind='KopfExample')
 

@@ -12,12 +12,12 @@ import jsonpatch
 from aiohttp import web
 
 import kopf
+from kopf._cycle import processing
+from kopf._handlers.registries import OperatorRegistry
+from kopf._structs.patches import apply
+from kopf._structs.resources import Resource, Selector
 from kopf.config import OperatorConfig
-from kopf.reactor import processing
-from kopf.reactor.registries import OperatorRegistry
-from kopf.structs.patches import apply
-from kopf.structs.resources import Resource, Selector
-from tests.unit.reactor.conftest import RESOURCE
+from tests.unit.conftest import RESOURCE
 
 
 async def test_the_patch_merges_dicts_and_none_deletes_a_field_as_in_kopf(server, registry):

@@ -9,9 +9,9 @@ checked against served resources as discovery describes them.
 import pytest
 
 import kopf
-from kopf.reactor.causation import Reason
-from kopf.reactor.registries import OperatorRegistry
-from tests.unit.reactor.conftest import make_handler
+from kopf._handlers.reasons import Reason
+from kopf._handlers.registries import OperatorRegistry
+from tests.unit.conftest import make_handler
 
 KEX = kopf.Resource(group='kopf.dev', version='v1', plural='kopfexamples', kind='KopfExample',
                     singular='kopfexample', shortcuts=frozenset({'kex'}), categories=frozenset({'all'}))

@@ -2,8 +2,8 @@ import copy
 
 import pytest
 
-from kopf.structs.bodies import Body
-from kopf.structs.patches import Patch, apply
+from kopf._structs.bodies import Body
+from kopf._structs.patches import Patch, apply
 
 
 @pytest.fixture()

@@ -7,9 +7,9 @@ import inspect
 import pytest
 
 import kopf
-from kopf.structs.bodies import Body
-from kopf.structs.ids import HandlerId
-from kopf.structs.patches import Patch
+from kopf._structs.bodies import Body
+from kopf._structs.ids import HandlerId
+from kopf._structs.patches import Patch
 
 from .conftest import applied
 

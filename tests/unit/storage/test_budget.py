@@ -7,9 +7,9 @@ import logging
 import pytest
 
 import kopf
-from kopf.storage import budget, trimming
-from kopf.structs.bodies import Body
-from kopf.structs.patches import Patch
+from kopf._storage import budget, trimming
+from kopf._structs.bodies import Body
+from kopf._structs.patches import Patch
 
 LAST = 'kopf.zalando.org/last-handled-configuration'
 KUBECTL = 'kubectl.kubernetes.io/last-applied-configuration'
@@ -141,8 +141,8 @@ def test_the_cycle_sends_only_patches_within_the_budget(size):
     """Through the real handling cycle: a creation of a big object concludes with a patch that fits."""
     import asyncio
 
-    from kopf.reactor import cycle
-    from kopf.structs.resources import Selector
+    from kopf._cycle import cycle
+    from kopf._structs.resources import Selector
 
     registry = kopf.OperatorRegistry()
     kopf.on.create('kopfexamples', registry=registry)(lambda **_: None)

@@ -2,7 +2,7 @@
 The ConfigMap storages: one ConfigMap per object, read once per cycle, written once per batch, owned by the object.
 
 The cluster is an in-memory fake of the requests the framework gives to
-storages (:class:`kopf.storage.cluster.ObjectsAPI`); it counts them.
+storages (:class:`kopf._storage.cluster.ObjectsAPI`); it counts them.
 """
 import asyncio
 import copy
@@ -11,10 +11,10 @@ import json
 import pytest
 
 import kopf
-from kopf.storage import calls
-from kopf.storage.cluster import ClusterAccess, provide
-from kopf.structs.bodies import Body
-from kopf.structs.patches import Patch
+from kopf._storage import calls
+from kopf._storage.cluster import ClusterAccess, provide
+from kopf._structs.bodies import Body
+from kopf._structs.patches import Patch
 
 RECORD = {'started': '2020-01-01T00:00:00+00:00', 'retries': 1, 'message': 'not yet'}
 

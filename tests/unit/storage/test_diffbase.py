@@ -5,16 +5,16 @@ import logging
 import pytest
 
 import kopf
-from kopf.storage import calls
-from kopf.storage.diffbase import (
+from kopf._storage import calls
+from kopf._storage.diffbase import (
     AnnotationsDiffBaseStorage,
     DiffBaseStorage,
     MultiDiffBaseStorage,
     StatusDiffBaseStorage,
 )
-from kopf.storage.progress import SmartProgressStorage
-from kopf.structs.bodies import Body
-from kopf.structs.patches import Patch
+from kopf._storage.progress import SmartProgressStorage
+from kopf._structs.bodies import Body
+from kopf._structs.patches import Patch
 
 from .conftest import applied
 
@@ -154,7 +154,7 @@ def test_never_handled_fetches_none():
 @pytest.mark.parametrize('value', ['{corrupt', '[1]', '"str"'])
 def test_corrupt_diffbase_warns_and_counts_as_never_handled(value, caplog):
     body = Body({'metadata': {'name': 'n', 'annotations': {'kopf.zalando.org/last-handled-configuration': value}}})
-    with caplog.at_level(logging.WARNING, logger='kopf.storage'):
+    with caplog.at_level(logging.WARNING, logger='kopf._storage'):
         assert AnnotationsDiffBaseStorage().fetch(body=body) is None
     assert 'last-handled-configuration' in caplog.text
     assert 'never handled' in caplog.text

@@ -1,6 +1,6 @@
-from kopf.storage import finalizers
-from kopf.structs.bodies import Body
-from kopf.structs.patches import Patch
+from kopf._storage import finalizers
+from kopf._structs.bodies import Body
+from kopf._structs.patches import Patch
 
 OURS = 'kopf.zalando.org/KopfFinalizerMarker'
 

@@ -10,11 +10,11 @@ import logging
 
 import pytest
 
-from kopf.storage.diffbase import AnnotationsDiffBaseStorage
-from kopf.storage.progress import AnnotationsProgressStorage, SmartProgressStorage, StatusProgressStorage
-from kopf.structs.bodies import Body
-from kopf.structs.ids import HandlerId
-from kopf.structs.patches import Patch
+from kopf._storage.diffbase import AnnotationsDiffBaseStorage
+from kopf._storage.progress import AnnotationsProgressStorage, SmartProgressStorage, StatusProgressStorage
+from kopf._structs.bodies import Body
+from kopf._structs.ids import HandlerId
+from kopf._structs.patches import Patch
 
 from .conftest import applied
 
@@ -87,7 +87,7 @@ def test_kopfs_keys_under_a_custom_prefix():
 
 def test_the_most_advanced_record_wins_and_the_choice_is_logged(caplog):
     body = body_with({LONG_V2: K1_RETRYING, LONG_V1: K1_SUCCESS})
-    with caplog.at_level(logging.DEBUG, logger='kopf.storage'):
+    with caplog.at_level(logging.DEBUG, logger='kopf._storage'):
         record = AnnotationsProgressStorage().fetch(key=LONG, body=body)
     assert record['success'] is True
     [message] = [r for r in caplog.records if r.levelno == logging.DEBUG]
@@ -108,14 +108,14 @@ def test_our_record_loses_to_a_more_advanced_one_of_kopf():
 
 def test_identical_copies_are_no_choice_and_are_not_logged(caplog):
     body = body_with({LONG_V2: K1_SUCCESS, LONG_V1: K1_SUCCESS})
-    with caplog.at_level(logging.DEBUG, logger='kopf.storage'):
+    with caplog.at_level(logging.DEBUG, logger='kopf._storage'):
         assert AnnotationsProgressStorage().fetch(key=LONG, body=body)['success'] is True
     assert not caplog.records
 
 
 def test_a_corrupt_kopf_record_warns_once_and_counts_as_absent(caplog):
     body = body_with({LONG_V2: '{"started": 5', LONG_V1: K028_STARTED})
-    with caplog.at_level(logging.WARNING, logger='kopf.storage'):
+    with caplog.at_level(logging.WARNING, logger='kopf._storage'):
         record = AnnotationsProgressStorage().fetch(key=LONG, body=body)
     assert record == {'started': '2026-11-30T07:38:25.471159', 'retries': 0, 'success': False, 'failure': False}
     [warning] = caplog.records

@@ -4,9 +4,9 @@ Storages' lifetime hooks: entered when the operator starts, exited when it stops
 import pytest
 
 import kopf
+from kopf._runtime import running
+from kopf._storage import calls
 from kopf.config import OperatorConfig
-from kopf.reactor import running
-from kopf.storage import calls
 
 
 class Tracked(kopf.ProgressStorage):
@@ -120,9 +120,9 @@ async def test_the_operator_enters_a_storage_serving_as_both_only_once():
 
 
 async def test_storages_in_the_cluster_get_the_operators_api_before_they_are_entered():
-    from kopf.clients.session import APIContext
-    from kopf.storage.cluster import ClusterAccess
-    from kopf.structs.credentials import ConnectionInfo
+    from kopf._kube.session import APIContext
+    from kopf._storage.cluster import ClusterAccess
+    from kopf._structs.credentials import ConnectionInfo
 
     log = []
 

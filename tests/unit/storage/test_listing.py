@@ -7,9 +7,9 @@ import json
 import pytest
 
 import kopf
-from kopf.storage import calls, conventions
-from kopf.structs.bodies import Body
-from kopf.structs.patches import Patch
+from kopf._storage import calls, conventions
+from kopf._structs.bodies import Body
+from kopf._structs.patches import Patch
 
 from .conftest import applied
 

@@ -6,18 +6,18 @@ import json
 
 import pytest
 
-from kopf.storage import persistence
-from kopf.storage.diffbase import AnnotationsDiffBaseStorage
-from kopf.storage.persistence import Persistence
-from kopf.storage.progress import (
+from kopf._storage import persistence
+from kopf._storage.diffbase import AnnotationsDiffBaseStorage
+from kopf._storage.persistence import Persistence
+from kopf._storage.progress import (
     AnnotationsProgressStorage,
     MultiProgressStorage,
     ProgressStorage,
     SmartProgressStorage,
     StatusProgressStorage,
 )
-from kopf.structs.bodies import Body
-from kopf.structs.ids import HandlerId
+from kopf._structs.bodies import Body
+from kopf._structs.ids import HandlerId
 
 from .conftest import applied
 

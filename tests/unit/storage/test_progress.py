@@ -5,17 +5,17 @@ import logging
 import pytest
 
 import kopf
-from kopf.storage import calls
-from kopf.storage.progress import (
+from kopf._storage import calls
+from kopf._storage.progress import (
     AnnotationsProgressStorage,
     MultiProgressStorage,
     ProgressStorage,
     SmartProgressStorage,
     StatusProgressStorage,
 )
-from kopf.structs.bodies import Body
-from kopf.structs.ids import HandlerId
-from kopf.structs.patches import Patch
+from kopf._structs.bodies import Body
+from kopf._structs.ids import HandlerId
+from kopf._structs.patches import Patch
 
 from .conftest import applied
 
@@ -139,7 +139,7 @@ def test_annotations_reject_an_invalid_prefix():
 @pytest.mark.parametrize('value', ['{not json', '[1,2]', '{"retries":"many"}', '{"started":"never"}'])
 def test_annotations_corrupt_record_warns_and_counts_as_absent(value, raw, caplog):
     raw['metadata']['annotations']['kopf.zalando.org/fn'] = value
-    with caplog.at_level(logging.WARNING, logger='kopf.storage'):
+    with caplog.at_level(logging.WARNING, logger='kopf._storage'):
         assert AnnotationsProgressStorage().fetch(key=FN, body=Body(raw)) is None
     assert len(caplog.records) == 1
     message = caplog.records[0].getMessage()
@@ -218,7 +218,7 @@ def test_status_custom_name(body):
 
 def test_status_corrupt_record_warns_and_counts_as_absent(raw, caplog):
     raw['status'] = {'kopf': {'progress': {'fn': 'garbage'}}}
-    with caplog.at_level(logging.WARNING, logger='kopf.storage'):
+    with caplog.at_level(logging.WARNING, logger='kopf._storage'):
         assert StatusProgressStorage().fetch(key=FN, body=Body(raw)) is None
     assert 'status.kopf.progress.fn' in caplog.text
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kopf.reactor import progression
-from kopf.storage import records
+from kopf._handlers import progression
+from kopf._storage import records
 
 
 def test_decoding_accepts_json_text_and_dicts():

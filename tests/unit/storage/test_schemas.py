@@ -4,7 +4,7 @@ Which status fields the storages write, and where a structural schema would prun
 import pytest
 
 import kopf
-from kopf.storage import schemas
+from kopf._storage import schemas
 
 
 def crd_schema(status):

@@ -10,9 +10,9 @@ import threading
 import pytest
 
 import kopf
-from kopf.storage import calls
-from kopf.structs.bodies import Body
-from kopf.structs.patches import Patch
+from kopf._storage import calls
+from kopf._structs.bodies import Body
+from kopf._structs.patches import Patch
 
 RECORD = {'started': '2020-01-01T00:00:00+00:00', 'retries': 1, 'message': 'not yet'}
 
@@ -172,7 +172,7 @@ async def test_a_directory_in_place_of_the_file_is_refused_at_startup(tmp_path):
 
 
 async def test_a_file_locked_by_another_process_is_refused_at_startup(path, monkeypatch):
-    monkeypatch.setattr('kopf.storage.sqlite.LOCK_TIMEOUT', 0.1)
+    monkeypatch.setattr('kopf._storage.sqlite.LOCK_TIMEOUT', 0.1)
     sqlite3.connect(path).close()
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute('BEGIN EXCLUSIVE')

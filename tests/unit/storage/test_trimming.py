@@ -2,9 +2,9 @@
 Trimmed essences: the biggest fields become digests, and unchanged ones are put back when read.
 """
 import kopf
-from kopf.storage import trimming
-from kopf.structs.bodies import Body
-from kopf.structs.diffs import diff
+from kopf._storage import trimming
+from kopf._structs.bodies import Body
+from kopf._structs.diffs import diff
 
 
 def essence(**spec):

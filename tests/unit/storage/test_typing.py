@@ -16,8 +16,8 @@ SNIPPET = textwrap.dedent('''
     from __future__ import annotations
 
     import kopf
-    from kopf.storage.diffbase import Essence
-    from kopf.structs.ids import HandlerId
+    from kopf._storage.diffbase import Essence
+    from kopf._structs.ids import HandlerId
 
 
     class SyncStorage(kopf.ProgressStorage):

@@ -1,7 +1,7 @@
 import pytest
 
 import kopf
-from kopf.structs.bodies import Body
+from kopf._structs.bodies import Body
 
 RAW = {
     'apiVersion': 'kopf.dev/v1',

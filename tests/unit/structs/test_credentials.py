@@ -5,7 +5,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from kopf.structs.credentials import AiohttpSession, ConnectionInfo
+from kopf._structs.credentials import AiohttpSession, ConnectionInfo
 
 
 def test_only_the_server_is_required():

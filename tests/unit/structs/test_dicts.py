@@ -1,6 +1,6 @@
 import pytest
 
-from kopf.structs import dicts
+from kopf._structs import dicts
 
 
 @pytest.mark.parametrize('field, expected', [

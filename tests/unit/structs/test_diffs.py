@@ -1,4 +1,4 @@
-from kopf.structs.diffs import Diff, DiffItem, DiffOperation, diff, reduce
+from kopf._structs.diffs import Diff, DiffItem, DiffOperation, diff, reduce
 
 
 def test_no_changes_give_an_empty_diff():

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from kopf.structs import dormancy
-from kopf.structs.dormancy import Dormant, DormantSet
+from kopf._structs import dormancy
+from kopf._structs.dormancy import Dormant, DormantSet
 
 QUIET = 0.05
 

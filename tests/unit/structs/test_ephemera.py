@@ -10,7 +10,7 @@ import threading
 import pytest
 
 import kopf
-from kopf.structs.ephemera import ObjectMemos
+from kopf._structs.ephemera import ObjectMemos
 
 
 def test_an_objects_memo_is_a_shallow_copy_of_the_operators_memo():

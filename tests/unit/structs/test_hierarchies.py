@@ -3,7 +3,7 @@ import contextvars
 import pytest
 
 import kopf
-from kopf.structs import hierarchies
+from kopf._structs import hierarchies
 
 OWNER = {'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample',
          'metadata': {'name': 'parent', 'namespace': 'ns', 'uid': 'u-1', 'labels': {'app': 'demo'}}}

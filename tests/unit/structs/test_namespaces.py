@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from kopf.structs.namespaces import NamespacePattern, NamespacePatternError, NamespaceScope, is_exact
+from kopf._structs.namespaces import NamespacePattern, NamespacePatternError, NamespaceScope, is_exact
 
 
 @pytest.mark.parametrize('pattern, name, expected', [

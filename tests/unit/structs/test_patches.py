@@ -1,6 +1,6 @@
 import kopf
-from kopf.structs import patches
-from kopf.structs.patches import Patch
+from kopf._structs import patches
+from kopf._structs.patches import Patch
 
 
 def test_patch_is_a_plain_dict():

@@ -2,7 +2,7 @@ import dataclasses
 
 import pytest
 
-from kopf.structs.resources import EVERYTHING, Resource, Selector, build_query
+from kopf._structs.resources import EVERYTHING, Resource, Selector, build_query
 
 SERVER = 'https://k8s.example.com:6443'
 

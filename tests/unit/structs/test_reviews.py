@@ -1,6 +1,6 @@
 import pytest
 
-from kopf.structs.reviews import InvalidReviewError, parse_review
+from kopf._structs.reviews import InvalidReviewError, parse_review
 
 
 def review(**request):

@@ -5,7 +5,7 @@ import time
 import pytest
 
 import kopf
-from kopf.structs.stoppers import (
+from kopf._structs.stoppers import (
     AsyncDaemonStopperChecker,
     DaemonStopped,
     DaemonStopper,

@@ -5,8 +5,8 @@ import datetime
 import json
 
 import kopf
-from kopf.structs.bodies import Body
-from kopf.tools import inspecting
+from kopf._structs.bodies import Body
+from kopf._tools import inspecting
 
 NOW = datetime.datetime(2024, 1, 1, 12, 0, 0, tzinfo=datetime.timezone.utc)
 FINALIZER = 'kopf.zalando.org/KopfFinalizerMarker'

@@ -9,11 +9,11 @@ import json
 import pytest
 
 import kopf
-from kopf.storage import calls
-from kopf.structs.bodies import Body
-from kopf.structs.patches import Patch, apply
-from kopf.tools import migrating
-from kopf.tools.migrating import Pair
+from kopf._storage import calls
+from kopf._structs.bodies import Body
+from kopf._structs.patches import Patch, apply
+from kopf._tools import migrating
+from kopf._tools.migrating import Pair
 
 DONE = {'started': '2020-01-01T00:00:00+00:00', 'success': True}
 WAITING = {'started': '2020-01-01T00:00:00+00:00', 'retries': 1, 'delayed': '2099-01-01T00:00:00+00:00'}

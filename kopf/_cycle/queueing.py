@@ -1,0 +1,322 @@
+"""
+Per-object queueing: one worker per object, so that each object's events are
+handled in order and never concurrently, while different objects are handled
+in parallel.
+
+Events that arrive while an object is being handled are batched: only the
+latest state of the object matters, the intermediate ones are skipped. After
+our own patch, the worker waits until the watch stream shows that patch (by
+its ``resourceVersion``), so that a stale pre-patch state is never handled
+again (which would re-run handlers that just succeeded). A watch stream
+delivers an object's events in order, so every other event that arrives
+before the patch's own is older than the patch: however long the stream lags
+behind (a busy operator or API server), such events are skipped. A wake-up
+that is due meanwhile continues from the patched object instead.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
+
+from kopf._cycle import failures
+
+logger = logging.getLogger('kopf._cycle.queueing')
+
+RawEvent = Mapping[str, Any]
+
+# How long a wake-up after our own patch waits for the patch's event before continuing from the patched object.
+CONSISTENCY_TIMEOUT = 5.0
+# How long at most events older than our own patch are held back while its event is awaited. It comes
+# unless the watch has lost it (e.g. a relisting after an expired version that shows a later change).
+CONSISTENCY_LIMIT = 120.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessingOutcome:
+    """What a processor tells its worker after handling one event."""
+
+    delay: float | None = None  # when to wake up for the next cycle if no event comes first
+    resource_version: str | None = None  # of our own patch, to wait for before the next cycle
+    body: Mapping[str, Any] | None = None  # the object as our own patch has left it, if patched
+
+
+Processor = Callable[[RawEvent, bool], Awaitable[ProcessingOutcome]]  # (event, woken_up_after_delay)
+
+
+class BatchingSettings(Protocol):
+    batch_window: float
+    idle_timeout: float
+    exit_timeout: float
+    worker_limit: int | None
+
+
+class Gate(Protocol):
+    """
+    Which objects this replica may handle now (see :mod:`kopf._replicas.fencing`); without a gate, all.
+
+    Events of objects not admitted are dropped; every processing runs inside
+    ``handling(key)``, which yields whether it may run at all.
+    """
+
+    def admits(self, key: str) -> bool: ...
+
+    def handling(self, key: str) -> AbstractAsyncContextManager[bool]: ...
+
+
+def object_key(raw_event: RawEvent) -> str:
+    """Identify an object across events: by uid, or by namespace and name where no uid is given."""
+    meta = raw_event.get('object', {}).get('metadata', {})
+    return str(meta.get('uid') or f"{meta.get('namespace')}/{meta.get('name')}")
+
+
+def describe(raw_event: RawEvent) -> str:
+    """The object of an event for messages: ``Kind namespace/name (uid)``, as much of it as is known."""
+    obj = raw_event.get('object', {})
+    meta = obj.get('metadata', {})
+    where = f"{meta.get('namespace')}/{meta.get('name')}" if meta.get('namespace') else f"{meta.get('name')}"
+    kind = f"{obj.get('kind')} " if obj.get('kind') else ''
+    uid = f" (uid {meta.get('uid')})" if meta.get('uid') else ''
+    return f"{kind}{where}{uid}"
+
+
+def _resource_version(raw_event: RawEvent) -> str | None:
+    rv = raw_event.get('object', {}).get('metadata', {}).get('resourceVersion')
+    return str(rv) if rv is not None else None
+
+
+def _is_consistent(raw_event: RawEvent, expected_rv: str) -> bool:
+    """Whether the event shows our own patch -- or the object is gone, which outdates any patch."""
+    return raw_event.get('type') == 'DELETED' or _resource_version(raw_event) == expected_rv
+
+
+async def watch_objects(
+        *,
+        stream: AsyncIterator[RawEvent],
+        processor: Processor,
+        settings: BatchingSettings,
+        gate: Gate | None = None,
+) -> None:
+    """Route every event of a stream to its object's worker until the stream ends."""
+    mailboxes: dict[str, _Mailbox] = {}
+    limiter = asyncio.Semaphore(settings.worker_limit) if settings.worker_limit else None
+    repeats = failures.RepeatLimiter()
+    try:
+        async for raw_event in stream:
+            key = object_key(raw_event)
+            if gate is not None and not gate.admits(key):
+                continue  # another replica's object
+            mailbox = mailboxes.get(key)
+            if mailbox is None or mailbox.task is None or mailbox.task.done():
+                mailbox = mailboxes[key] = _Mailbox()
+                mailbox.task = asyncio.create_task(
+                    _worker(key, mailbox=mailbox, processor=processor, settings=settings, limiter=limiter,
+                            gate=gate),
+                    name=f"kopf worker {key}")
+                mailbox.task.add_done_callback(
+                    functools.partial(_forget, key, mailbox, mailboxes, describe(raw_event), repeats))
+            mailbox.put(raw_event)
+            del raw_event, mailbox  # while awaiting the next event, only the workers hold objects
+    finally:
+        await _stop_workers([m.task for m in mailboxes.values() if m.task is not None],
+                            timeout=settings.exit_timeout)
+
+
+class _Mailbox:
+    """
+    What one object's worker has yet to handle: only the latest event, since
+    intermediate states are skipped anyway; and whether the event of our own
+    last patch has arrived.
+
+    One per object being handled, so it is kept small: a plain future to wait
+    on instead of a queue with its own locks and buffers.
+    """
+
+    __slots__ = ('_waiter', 'expected_rv', 'handled_rv', 'latest', 'task', 'versions')
+
+    def __init__(self) -> None:
+        self.latest: RawEvent | None = None
+        self.expected_rv: str | None = None  # of our own patch, until its event arrives
+        self.handled_rv: str | None = None  # of the state handled last
+        self.versions: list[str | None] = []  # of the events since the last take, while nothing is expected
+        self.task: asyncio.Task[None] | None = None
+        self._waiter: asyncio.Future[bool] | None = None
+
+    def put(self, raw_event: RawEvent) -> None:
+        self.latest = raw_event
+        if self.expected_rv is None:
+            self.versions.append(_GONE if raw_event.get('type') == 'DELETED' else _resource_version(raw_event))
+        elif _is_consistent(raw_event, self.expected_rv):
+            self.expected_rv = None
+        if self._waiter is not None:
+            _resolve(self._waiter, True)
+
+    def take(self) -> RawEvent | None:
+        latest = self.latest
+        self.discard()
+        if latest is not None:
+            self.handling(latest)
+        return latest
+
+    def discard(self) -> None:
+        self.latest = None
+        self.versions.clear()
+
+    def handling(self, raw_event: RawEvent) -> None:
+        self.handled_rv = _resource_version(raw_event)
+
+    def expect(self, resource_version: str | None) -> None:
+        """
+        Our patch has left the object at this version: await its event, unless it has already arrived.
+
+        A patch that changed nothing keeps the version of the handled state and
+        causes no event. Without a patch, an earlier one may still be awaited.
+        """
+        if resource_version is not None:
+            arrived = (resource_version in self.versions or _GONE in self.versions or
+                       resource_version == self.handled_rv)
+            self.expected_rv = None if arrived else resource_version
+        self.versions.clear()
+
+    async def wait(self, timeout: float) -> bool:
+        """Sleep until the next event arrives (true), or the timeout (false)."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._waiter = waiter
+        timer = loop.call_later(timeout, _resolve, waiter, False)
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+
+
+def _resolve(waiter: asyncio.Future[bool], value: bool) -> None:
+    if not waiter.done():
+        waiter.set_result(value)
+
+
+_GONE = '<deleted>'  # in the versions seen: the object is gone, which outdates any patch of ours
+
+
+def _forget(
+        key: str,
+        mailbox: _Mailbox,
+        mailboxes: dict[str, _Mailbox],
+        what: str,
+        repeats: failures.RepeatLimiter,
+        task: asyncio.Task[None],
+) -> None:
+    """
+    A worker has ended: free its mailbox (unless a new worker has already taken the object over).
+
+    A worker that has failed (which the processor should never let happen) is
+    reported naming its object, and the same failure of the same object only
+    now and then: the object's next event starts a new worker, which may fail
+    the same way.
+    """
+    if mailboxes.get(key) is mailbox:
+        del mailboxes[key]
+    error = None if task.cancelled() else task.exception()
+    if error is not None:
+        suppressed = repeats.admit((key, *failures.signature(error)))
+        if suppressed is not None:
+            logger.error("The worker for %s has failed: %s: %s. Its next event starts a new one.%s",
+                         what, type(error).__name__, error, failures.repeated(suppressed), exc_info=error)
+
+
+async def _stop_workers(tasks: list[asyncio.Task[None]], *, timeout: float) -> None:
+    """Let workers finish their current handling, then cancel the rest."""
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(tasks, timeout=timeout)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def _worker(
+        key: str,
+        *,
+        mailbox: _Mailbox,
+        processor: Processor,
+        settings: BatchingSettings,
+        limiter: asyncio.Semaphore | None,
+        gate: Gate | None = None,
+) -> None:
+    """Handle one object's events until it is gone, idle for a while, or not ours any more."""
+    delay: float | None = None
+    fallback: RawEvent | None = None  # the freshest state known besides the mailbox: our patched object
+    while True:
+        step = await _next_event(key, mailbox, settings, delay=delay, fallback=fallback)
+        if step is None:
+            return  # idle: the object will get a new worker with its next event
+        raw_event, woken_up = step
+        del step
+        async with limiter if limiter is not None else contextlib.nullcontext():
+            async with gate.handling(key) if gate is not None else contextlib.nullcontext(True) as admitted:
+                if not admitted:
+                    return  # not ours (any more): its owner handles it
+                outcome = await processor(raw_event, woken_up)
+        mailbox.expect(outcome.resource_version)
+        if raw_event.get('type') == 'DELETED':
+            return
+        delay = outcome.delay
+        fallback = raw_event if outcome.body is None else {'type': 'MODIFIED', 'object': outcome.body}
+        if delay is None and mailbox.expected_rv is None:
+            fallback = None  # nothing due: a waiting worker holds nothing of the object
+        del raw_event, outcome
+
+
+async def _next_event(
+        key: str,
+        mailbox: _Mailbox,
+        settings: BatchingSettings,
+        *,
+        delay: float | None,
+        fallback: RawEvent | None,
+) -> tuple[RawEvent, bool] | None:
+    """
+    The next state to handle and whether it is a wake-up after a delay; ``None`` when idle for long.
+
+    While our own patch's event is awaited, the worker does not go idle, and
+    the events that arrive meanwhile are older than the patch: they are kept
+    back. A wake-up due meanwhile continues from the patched object.
+    """
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while mailbox.latest is None or mailbox.expected_rv is not None:
+        wake_up: float | None = None
+        give_up: float | None = None
+        if mailbox.expected_rv is not None:
+            wake_up = None if delay is None else started + max(delay, CONSISTENCY_TIMEOUT)
+            give_up = started + CONSISTENCY_LIMIT
+        elif delay is not None:
+            wake_up = started + delay
+        else:
+            give_up = started + settings.idle_timeout
+        deadline = min(t for t in (wake_up, give_up) if t is not None)
+        remaining = deadline - loop.time()
+        if remaining > 0 and await mailbox.wait(remaining):
+            continue  # an event: look again whether it is the awaited one
+        if deadline != wake_up and mailbox.expected_rv is None:
+            return None  # idle for long
+        if deadline != wake_up:
+            logger.warning("The event of our own patch of %s (resourceVersion %s) has not arrived in %ss; "
+                           "continuing from the patched object.", key, mailbox.expected_rv, CONSISTENCY_LIMIT)
+            mailbox.expected_rv = None
+            mailbox.discard()  # the events held back are older than the patch
+        if fallback is None:
+            return None
+        mailbox.handling(fallback)
+        return fallback, True
+    await asyncio.sleep(settings.batch_window)  # the events meanwhile replace each other
+    raw_event = mailbox.take()
+    assert raw_event is not None  # only this worker takes, and it has seen an event
+    return raw_event, False
+

@@ -1,0 +1,543 @@
+"""
+Registries: which handlers exist, for which resources and causes.
+
+Handlers are immutable descriptions of the user's functions and their
+options. The :class:`OperatorRegistry` keeps them by the unresolved resource
+selector they were declared for; the glue resolves the selectors against
+the cluster and asks the registry for the handlers of each resource.
+
+A module-level default registry collects the handlers of the decorators that
+are used without ``registry=`` -- the only global mutable state of the framework
+besides the default lifecycle.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import inspect
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from typing import Any
+
+from kopf._handlers import filters, invocation
+from kopf._handlers.reasons import Reason
+from kopf._structs import dicts
+from kopf._structs.bodies import Body
+from kopf._structs.ids import HandlerId
+from kopf._structs.resources import Resource, Selector
+from kopf._structs.reviews import Operation, WebhookType
+from kopf.errors import DuplicateHandlerError, ErrorsMode, HandlerSignatureError
+
+# How the glue refers to a resource: by the declared selector, or by a resolved resource.
+ResourceKey = Selector | Resource
+
+DEFAULT_BACKOFF = 60.0
+
+
+class Activity(str, enum.Enum):
+    """Operator-level activities, not related to any object."""
+
+    STARTUP = 'startup'
+    CLEANUP = 'cleanup'
+    LOGIN = 'login'
+    PROBE = 'probe'
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BaseHandler:
+    """A user's function with the options that govern its retries."""
+
+    fn: Callable[..., Any]
+    id: HandlerId
+    param: Any = dataclasses.field(default=None, hash=False)
+    errors: ErrorsMode | None = None
+    timeout: float | None = None
+    retries: int | None = None
+    backoff: float | None = None
+
+    def __str__(self) -> str:
+        return f"Handler {self.id!r}"
+
+    def __post_init__(self) -> None:
+        """Options are checked when a handler is declared, not when it first runs (and fails every time)."""
+        check_id(self.id, self.fn)
+        check_signature(self.fn)
+        if self.errors is not None and not isinstance(self.errors, ErrorsMode):
+            try:  # Kopf's users sometimes write errors='permanent': take it, as it is unambiguous
+                object.__setattr__(self, 'errors', ErrorsMode(self.errors))
+            except ValueError:
+                raise ValueError(f"errors= must be a kopf.ErrorsMode (TEMPORARY, PERMANENT or IGNORED), "
+                                 f"got {self.errors!r} (for {_fn_name(self.fn)}).") from None
+        for option in ('timeout', 'backoff', 'retries'):
+            value = getattr(self, option)
+            number = int if option == 'retries' else (int, float)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, number)):
+                raise TypeError(f"{option}= must be a number{' of attempts' if option == 'retries' else ''}, "
+                                f"got {type(value).__name__}: {value!r} (for {_fn_name(self.fn)}).")
+
+
+def check_id(handler_id: Any, fn: Callable[..., Any] | None) -> None:
+    """A handler id must be a non-empty string: progress is stored by it, in annotation keys."""
+    if not isinstance(handler_id, str):
+        raise TypeError(f"A handler's id= must be a string, got {type(handler_id).__name__}: {handler_id!r} "
+                        f"(for {_fn_name(fn)}).")
+    if not handler_id.strip():
+        raise ValueError(f"A handler's id= must not be empty, got {handler_id!r} (for {_fn_name(fn)}). "
+                         f"Leave it out to use the function's name.")
+
+
+def check_signature(fn: Callable[..., Any]) -> None:
+    """
+    A handler is called with keyword arguments only, and with many of them: it must take ``**kwargs``.
+
+    Every handler gets more keyword arguments than it names (``body``,
+    ``spec``, ``logger``, ... and more in later versions), as in Kopf: a
+    function without ``**kwargs`` -- or with a positional-only parameter
+    that has no default -- would fail at every call, so it is refused when
+    it is declared, with its name.
+    """
+    if not callable(fn):
+        raise HandlerSignatureError(f"A handler must be a function, got {type(fn).__name__}: {fn!r}.")
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return  # no signature to judge by (some builtins and C callables): it is tried at the call
+    where = _fn_name(fn)
+    if not any(p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters):
+        names = ', '.join(p.name for p in parameters if p.kind != inspect.Parameter.VAR_POSITIONAL)
+        raise HandlerSignatureError(
+            f"The handler {where}({names}) cannot take the keyword arguments that every handler gets: "
+            f"add **kwargs (or **_) to its parameters.")
+    positional = [p.name for p in parameters
+                  if p.kind == inspect.Parameter.POSITIONAL_ONLY and p.default is inspect.Parameter.empty]
+    if positional:
+        raise HandlerSignatureError(
+            f"The handler {where} has positional-only parameters without defaults ({', '.join(positional)}), "
+            f"but handlers get keyword arguments only: make them keyword parameters.")
+
+
+def _fn_name(fn: Callable[..., Any] | None) -> str:
+    if fn is None:
+        return 'a field handler'
+    module = getattr(fn, '__module__', None)
+    name = getattr(fn, '__qualname__', None) or getattr(fn, '__name__', None)
+    return f"{module}.{name}" if module and name else repr(fn)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ActivityHandler(BaseHandler):
+    """A startup, cleanup or login handler."""
+
+    activity: Activity
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ResourceHandler(BaseHandler):
+    """A handler of objects, with the filters that narrow down the objects it handles."""
+
+    labels: filters.MetaFilter | None = dataclasses.field(default=None, hash=False)
+    annotations: filters.MetaFilter | None = dataclasses.field(default=None, hash=False)
+    when: filters.WhenFilter | None = None
+    field: dicts.FieldPath | None = None
+    value: filters.ValueFilter = dataclasses.field(default=None, hash=False)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ChangingHandler(ResourceHandler):
+    """
+    A handler of a cause: create, update, delete, resume, a field change, or a sub-handler.
+
+    ``reason`` is ``None`` for field handlers (they join the create and update
+    causes when their field changed) and for sub-handlers (they run with
+    their parent's cause). ``old``/``new`` filter the field's change (see
+    :attr:`watches_change`). ``deleted`` (resume handlers only) makes the
+    handler run also when the object is found being deleted, beside the
+    delete handlers.
+    """
+
+    reason: Reason | None = None
+    optional: bool = False
+    deleted: bool = False
+    old: filters.ValueFilter = dataclasses.field(default=None, hash=False)
+    new: filters.ValueFilter = dataclasses.field(default=None, hash=False)
+
+    @property
+    def watches_change(self) -> bool:
+        """Whether the handler is about a change of its field (update and field handlers), not its value."""
+        return bool(self.field) and self.reason in (None, Reason.UPDATE)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WatchingHandler(ResourceHandler):
+    """An event handler: called for every watch event, with no state and no retries."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SpawningHandler(ResourceHandler):
+    """
+    A handler that runs beside an object for as long as the object exists and matches: a daemon or a timer.
+
+    ``initial_delay`` (seconds, or a function of the handler's keyword
+    arguments that returns them) postpones its first start for each object.
+    Unless ``optional``, our finalizer holds the object's deletion until it
+    has stopped.
+    """
+
+    initial_delay: float | Callable[..., float] | None = None
+    optional: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DaemonHandler(SpawningHandler):
+    """
+    A daemon: one long-running call per object, asked to stop through its ``stopped`` flag.
+
+    When asked to stop, it gets ``cancellation_backoff`` seconds to exit on
+    its own; then an ``async`` daemon is cancelled, and after
+    ``cancellation_timeout`` more seconds it is abandoned (with a warning) so
+    that the object's deletion can proceed. Without a timeout it is waited for,
+    and reported every ``cancellation_polling`` seconds.
+    """
+
+    cancellation_backoff: float | None = None
+    cancellation_timeout: float | None = None
+    cancellation_polling: float | None = None
+
+    def __str__(self) -> str:
+        return f"Daemon {self.id!r}"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TimerHandler(SpawningHandler):
+    """
+    A timer: called every ``interval`` seconds per object (once, if there is no interval).
+
+    With ``idle``, only once the object has not changed for that many
+    seconds; with ``sharp``, the interval counts from the start of the
+    previous call rather than from its end.
+    """
+
+    interval: float | None = None
+    idle: float | None = None
+    sharp: bool = False
+
+    def __str__(self) -> str:
+        return f"Timer {self.id!r}"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class IndexingHandler(ResourceHandler):
+    """
+    An index function: called for every watch event, its results kept in an in-memory index.
+
+    The index is passed to all handlers as the keyword argument named by the
+    handler's id. ``errors=`` is ``IGNORED`` unless given.
+    """
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AdmissionHandler(ResourceHandler):
+    """
+    A validating or mutating admission handler: called by the API server before it stores a change.
+
+    ``operations`` (``None``: all) and ``subresource`` (``None``: the main
+    resource only, ``'*'``: any) narrow down the requests; the other options
+    describe the webhook to the API server.
+    """
+
+    type: WebhookType
+    operations: frozenset[Operation] | None = None
+    subresource: str | None = None
+    persistent: bool = False
+    side_effects: bool = False
+    ignore_failures: bool = False
+
+
+def default_id(fn: Callable[..., Any]) -> str:
+    """A function's id unless given: its qualified name, which is stable across restarts."""
+    name = getattr(fn, '__qualname__', None) or getattr(fn, '__name__', None)
+    return str(name) if name else repr(fn)
+
+
+def field_id(base: str, field: dicts.FieldPath, fn: Callable[..., Any] | None = None) -> HandlerId:
+    """Field handlers are known as ``fn/spec.field``, so that one function can watch several fields."""
+    check_id(base, fn)
+    return HandlerId(f"{base}/{dicts.format_field(field)}")
+
+
+def matches(handler: ResourceHandler, *, body: Body, kwargs: Mapping[str, Any]) -> bool:
+    """Whether the handler's filters accept the object as it is; ``kwargs`` are what the filter callbacks get."""
+    return filters.match(handler, body=body, kwargs=kwargs)
+
+
+def _selects(selector: Selector, resource: ResourceKey) -> bool:
+    """Whether the handlers declared for a selector apply to a served resource (or to that very selector)."""
+    if isinstance(resource, Selector):
+        return selector == resource or selector.everything
+    return selector.check(resource)
+
+
+def _memo_key(resource: ResourceKey) -> Hashable:
+    """Served resources equal by group-version-plural may still differ in the names that selectors match."""
+    if isinstance(resource, Selector):
+        return resource
+    return (resource.group, resource.version, resource.plural, resource.kind, resource.singular,
+            resource.shortcuts, resource.categories, resource.preferred)
+
+
+# Handlers that may run in the same handling cycle must have distinct ids,
+# because their progress is stored by id. Resume handlers join the update
+# cycles on the first sight of a changed object; field handlers join both
+# create and update cycles.
+def _cycles(handler: ChangingHandler) -> frozenset[Reason]:
+    if handler.reason is None:
+        return frozenset({Reason.CREATE, Reason.UPDATE})
+    if handler.reason == Reason.RESUME:
+        return frozenset({Reason.RESUME, Reason.UPDATE})
+    return frozenset({handler.reason})
+
+
+def _conflicts(a: ChangingHandler, b: ChangingHandler) -> bool:
+    if a.id != b.id or not (_cycles(a) & _cycles(b)):
+        return False
+    # The same function as an update and a resume handler is one handler: it runs once.
+    return not (a.fn == b.fn and a.reason != b.reason)
+
+
+class OperatorRegistry:
+    """All handlers of an operator: activity handlers, and resource handlers by selector."""
+
+    def __init__(self) -> None:
+        self._activity: list[ActivityHandler] = []
+        self._changing: dict[Selector, list[ChangingHandler]] = {}
+        self._watching: dict[Selector, list[WatchingHandler]] = {}
+        self._admission: dict[Selector, list[AdmissionHandler]] = {}
+        self._spawning: dict[Selector, list[SpawningHandler]] = {}
+        self._indexing: dict[Selector, list[IndexingHandler]] = {}
+        self._selected: dict[tuple[int, Hashable], tuple[Any, ...]] = {}  # cleared by every registration
+
+    # Registration.
+
+    def register_activity_handler(self, handler: ActivityHandler) -> None:
+        self._selected.clear()
+        for existing in self._activity:
+            if existing.activity == handler.activity and existing.id == handler.id:
+                raise DuplicateHandlerError(
+                    f"An {handler.activity} handler with the id {handler.id!r} is already registered "
+                    f"({existing.fn!r}); pass a unique id= to {handler.fn!r}.")
+        self._activity.append(handler)
+
+    def register_changing_handler(self, selector: Selector, handler: ChangingHandler) -> None:
+        self._selected.clear()
+        handlers = self._changing.setdefault(selector, [])
+        for existing in handlers:
+            if _conflicts(existing, handler):
+                raise DuplicateHandlerError(
+                    f"Two handlers for {selector} share the id {handler.id!r} and can run for the same "
+                    f"cause ({_describe(existing)} and {_describe(handler)}); their progress would mix up. "
+                    f"Pass a unique id= to one of them.")
+        handlers.append(handler)
+
+    def register_watching_handler(self, selector: Selector, handler: WatchingHandler) -> None:
+        self._selected.clear()
+        handlers = self._watching.setdefault(selector, [])
+        for existing in handlers:
+            if existing.id == handler.id:
+                raise DuplicateHandlerError(
+                    f"Two event handlers for {selector} share the id {handler.id!r} "
+                    f"({existing.fn!r} and {handler.fn!r}); pass a unique id= to one of them.")
+        handlers.append(handler)
+
+    def register_spawning_handler(self, selector: Selector, handler: SpawningHandler) -> None:
+        self._selected.clear()
+        handlers = self._spawning.setdefault(selector, [])
+        for existing in handlers:
+            if existing.id == handler.id:
+                raise DuplicateHandlerError(
+                    f"Two daemons or timers for {selector} share the id {handler.id!r} "
+                    f"({existing} {existing.fn!r} and {handler} {handler.fn!r}); pass a unique id= to one of them.")
+        handlers.append(handler)
+
+    def register_admission_handler(self, selector: Selector, handler: AdmissionHandler) -> None:
+        self._selected.clear()
+        # The id is the webhook's URL path and name: one id is one function, even across resources.
+        for _, existing in self.iter_admission_handlers():
+            if existing.id == handler.id and (existing.fn != handler.fn or existing.type != handler.type):
+                raise DuplicateHandlerError(
+                    f"Two admission handlers share the id {handler.id!r} ({existing.type} {existing.fn!r} "
+                    f"and {handler.type} {handler.fn!r}); their webhooks would mix up. "
+                    f"Pass a unique id= to one of them.")
+        self._admission.setdefault(selector, []).append(handler)
+
+    def register_indexing_handler(self, selector: Selector, handler: IndexingHandler) -> None:
+        self._selected.clear()
+        # The id is the keyword argument of the index in every handler: one name, one index.
+        for other, existing in self.iter_indexing_handlers():
+            if existing.id == handler.id:
+                raise DuplicateHandlerError(
+                    f"Two indexes are named {handler.id!r} ({existing.fn!r} for {other} and {handler.fn!r} "
+                    f"for {selector}); handlers get indexes by name. Pass a unique id= to one of them.")
+        self._indexing.setdefault(selector, []).append(handler)
+
+    # Queries.
+
+    @property
+    def selectors(self) -> tuple[Selector, ...]:
+        """All resources with handlers, in the order of their first registration."""
+        return tuple(dict.fromkeys([*self._changing, *self._watching, *self._spawning, *self._indexing]))
+
+    @property
+    def admission_selectors(self) -> tuple[Selector, ...]:
+        """All resources with admission handlers, in the order of their first registration."""
+        return tuple(self._admission)
+
+    def iter_admission_handlers(self) -> Iterator[tuple[Selector, AdmissionHandler]]:
+        """All admission handlers with the resources they were declared for, resource by resource."""
+        for selector, handlers in list(self._admission.items()):
+            for handler in handlers:
+                yield selector, handler
+
+    def get_admission_handlers(
+            self,
+            resource: ResourceKey,
+            type: WebhookType | None = None,
+    ) -> list[AdmissionHandler]:
+        """The admission handlers of a resource: all, or only the validating or mutating ones."""
+        handlers = self._select(self._admission, resource)
+        return list(_unique(h for h in handlers if type is None or h.type == type))
+
+    def has_admission_handlers(self) -> bool:
+        return any(self._admission.values())
+
+    def iter_indexing_handlers(self) -> Iterator[tuple[Selector, IndexingHandler]]:
+        """All index functions with the resources they were declared for."""
+        for selector, handlers in list(self._indexing.items()):
+            for handler in handlers:
+                yield selector, handler
+
+    def get_indexing_handlers(self, resource: ResourceKey) -> list[IndexingHandler]:
+        return list(_unique(self._select(self._indexing, resource)))
+
+    def get_activity_handlers(self, activity: Activity) -> list[ActivityHandler]:
+        return [handler for handler in self._activity if handler.activity == activity]
+
+    def get_watching_handlers(self, resource: ResourceKey) -> list[WatchingHandler]:
+        return list(_unique(self._select(self._watching, resource)))
+
+    def get_changing_handlers(self, resource: ResourceKey, reason: Reason) -> list[ChangingHandler]:
+        """The handlers declared for one cause: create, update, delete or resume."""
+        handlers = self._select(self._changing, resource)
+        return list(_unique(h for h in handlers if h.reason == reason))
+
+    def get_field_handlers(self, resource: ResourceKey) -> list[ChangingHandler]:
+        handlers = self._select(self._changing, resource)
+        return list(_unique(h for h in handlers if h.reason is None))
+
+    def get_all_changing_handlers(self, resource: ResourceKey) -> list[ChangingHandler]:
+        return list(_unique(self._select(self._changing, resource)))
+
+    def has_changing_handlers(self, resource: ResourceKey) -> bool:
+        return bool(self.get_all_changing_handlers(resource))
+
+    def get_spawning_handlers(self, resource: ResourceKey) -> list[SpawningHandler]:
+        """The daemons and timers of a resource, in their registration order."""
+        return list(_unique(self._select(self._spawning, resource)))
+
+    def has_spawning_handlers(self, resource: ResourceKey) -> bool:
+        return bool(self.get_spawning_handlers(resource))
+
+    def get_extra_fields(self, resource: ResourceKey) -> list[dicts.FieldPath]:
+        """
+        Fields whose changes handlers watch, outside of what the diff-base keeps by itself.
+
+        The essence keeps the spec, labels, annotations and other top-level
+        user fields, but not the status: a field handler (or an update
+        handler with ``field=``) on ``status.x`` needs ``status.x`` to be
+        added explicitly.
+        """
+        handlers = self.get_all_changing_handlers(resource)
+        fields = [h.field for h in handlers if h.field and h.watches_change]
+        return list(dict.fromkeys(f for f in fields if f[0] not in ('spec', 'metadata')))
+
+    def requires_finalizer(
+            self,
+            resource: ResourceKey,
+            body: Body,
+            *,
+            kwargs: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """
+        Whether our finalizer must block the object's deletion.
+
+        It must if any non-optional delete handler is interested in the
+        object. ``when=`` filters receive ``kwargs`` (by default, those that
+        describe the object).
+        """
+        kwargs = invocation.body_kwargs(body) if kwargs is None else kwargs
+        return any(
+            matches(handler, body=body, kwargs=kwargs)
+            for handler in self.get_changing_handlers(resource, Reason.DELETE)
+            if not handler.optional
+        )
+
+    def _select(self, table: Mapping[Selector, list[Any]], resource: ResourceKey) -> Iterator[Any]:
+        """The handlers of every selector that selects the resource; remembered until the next registration."""
+        key = (id(table), _memo_key(resource))
+        selected = self._selected.get(key)
+        if selected is None:
+            selected = self._selected[key] = tuple(handler for selector, handlers in table.items()
+                                                   if _selects(selector, resource) for handler in handlers)
+        return iter(selected)
+
+
+class SubRegistry:
+    """The sub-handlers that one parent handler registers during one invocation, in order."""
+
+    def __init__(self, handlers: Iterable[ChangingHandler] = ()) -> None:
+        self._handlers: list[ChangingHandler] = []
+        for handler in handlers:
+            self.register(handler)
+
+    def register(self, handler: ChangingHandler) -> None:
+        for existing in self._handlers:
+            if existing.id == handler.id:
+                raise DuplicateHandlerError(
+                    f"Two sub-handlers share the id {handler.id!r} ({existing.fn!r} and {handler.fn!r}); "
+                    f"pass a unique id= to one of them.")
+        self._handlers.append(handler)
+
+    def __iter__(self) -> Iterator[ChangingHandler]:
+        return iter(list(self._handlers))
+
+    def __len__(self) -> int:
+        return len(self._handlers)
+
+
+def _unique(handlers: Iterable[Any]) -> Iterator[Any]:
+    """Drop the repeated handlers that several matching selectors may give (by identity)."""
+    seen: set[int] = set()
+    for handler in handlers:
+        if id(handler) not in seen:
+            seen.add(id(handler))
+            yield handler
+
+
+def _describe(handler: ChangingHandler) -> str:
+    kind = handler.reason.value if handler.reason is not None else 'field'
+    return f"{kind} {handler.fn!r}"
+
+
+_default_registry = OperatorRegistry()
+
+
+def get_default_registry() -> OperatorRegistry:
+    """The registry of the decorators used without ``registry=``."""
+    return _default_registry
+
+
+def set_default_registry(registry: OperatorRegistry) -> None:
+    """Replace the default registry, e.g. to isolate tests or embedded operators."""
+    global _default_registry
+    _default_registry = registry

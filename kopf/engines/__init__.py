@@ -1,1 +1,0 @@
-"""Side engines running beside the handling: per-object logging and posting Kubernetes Events."""

@@ -1,1 +1,0 @@
-"""Pure data structures: no I/O, no imports from other ``kopf`` packages."""
