@@ -49,7 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.replicas_operator import burn  # noqa: E402
-from kopf._cycle.queueing import object_key  # noqa: E402
+from kopf._cycle.queueing import event_key  # noqa: E402
 from kopf._replicas import ownership  # noqa: E402
 from tests.e2e.controlplane import ControlPlane  # noqa: E402
 from tests.e2e.kubeapi import KubeAPI  # noqa: E402
@@ -225,7 +225,7 @@ def filtering_cost() -> tuple[float, float]:
     permit = ownership.ShardPermit('replica-a', ring, {'replica-b': ring, 'replica-c': ring})
     number = 20000
     parse = min(timeit.repeat(lambda: json.loads(line), number=number, repeat=5)) / number * 1e6
-    decide = min(timeit.repeat(lambda: permit(object_key(json.loads(line))), number=number, repeat=5)) / number * 1e6
+    decide = min(timeit.repeat(lambda: permit(event_key(json.loads(line))), number=number, repeat=5)) / number * 1e6
     return parse, decide - parse
 
 

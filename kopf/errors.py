@@ -83,3 +83,16 @@ class ActivityError(Exception):
         super().__init__(message)
         self.errors: Mapping[str, BaseException] = dict(errors)
 
+
+
+# The text of errors in messages: one definition, used wherever an error is put into words.
+
+def message(error: BaseException) -> str:
+    """An error's own words, or its type's name where it has none (e.g. a bare ``TimeoutError``)."""
+    return str(error) or type(error).__name__
+
+
+def describe(error: BaseException) -> str:
+    """An error in one line with its type: ``ValueError: bad value``, or the type alone if it says nothing."""
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -28,11 +28,11 @@ import ssl
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import aiohttp.web
-import yaml
 
+from kopf._kube import kubeconfig
 from kopf._structs.reviews import InvalidReviewError, WebhookClientConfig, WebhookFn
 
 logger = logging.getLogger('kopf._admission.servers')
@@ -388,19 +388,6 @@ def route_address(host: str, port: int) -> str | None:
     return None
 
 
-def current_context() -> str | None:
-    """The current context of the kubeconfig that ``kubectl`` would use, if there is one."""
-    env = os.environ.get('KUBECONFIG', '')
-    first = next((item for item in env.split(os.pathsep) if item), None)
-    path = Path(first or '~/.kube/config').expanduser()
-    try:
-        document: Any = yaml.safe_load(path.read_text(encoding='utf-8'))
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
-        return None
-    name = document.get('current-context') if isinstance(document, dict) else None
-    return str(name) if name else None
-
-
 @dataclasses.dataclass(frozen=True)
 class WebhookAutoServer(WebhookServer):
     """
@@ -411,7 +398,7 @@ class WebhookAutoServer(WebhookServer):
     """
 
     async def __call__(self, fn: WebhookFn) -> AsyncIterator[WebhookClientConfig]:
-        choice = choose_host(server=api_server_var.get(), context=current_context())
+        choice = choose_host(server=api_server_var.get(), context=kubeconfig.current_context())
         server = WebhookServer(**{
             **{field.name: getattr(self, field.name) for field in dataclasses.fields(WebhookServer)},
             'addr': self.addr if self.addr is not None else choice.addr,

@@ -36,6 +36,7 @@ import urllib.parse
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol
 
+from kopf import errors
 from kopf._admission import configurations
 from kopf._admission import handling as admission
 from kopf._admission import servers as webhooks
@@ -609,4 +610,4 @@ def _text(error: BaseException | None) -> str:
         return str(error)
     if isinstance(error, asyncio.TimeoutError):
         return "no answer in time"
-    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    return errors.describe(error)

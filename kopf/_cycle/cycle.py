@@ -92,7 +92,7 @@ Assumptions
 * Handler ids are stable across restarts: progress is stored by id.
 * Stored times are UTC wall-clock times; the budget is measured with a
   monotonic clock (both come from the injected
-  :class:`~kopf._handlers.progression.Clock`).
+  :class:`~kopf._structs.clocks.Clock`).
 
 Adding handler kinds
 ====================
@@ -128,21 +128,21 @@ from kopf._handlers.arguments import (
     Arguments,
     CauseArguments,
     EventArguments,
-    Logger,
     Named,
     ObjectArguments,
     OperatorArguments,
 )
-from kopf._handlers.progression import SYSTEM_CLOCK, Clock, HandlerState
+from kopf._handlers.progression import HandlerState
 from kopf._handlers.reasons import Reason
 from kopf._handlers.registries import OperatorRegistry, ResourceKey
 from kopf._storage import budget, finalizers, persistence
 from kopf._storage.persistence import Persistence
 from kopf._structs.bodies import Body
+from kopf._structs.clocks import SYSTEM_CLOCK, Clock
 from kopf._structs.ids import HandlerId
 from kopf._structs.patches import Patch
 from kopf._structs.resources import Resource
-from kopf._structs.typedefs import PatchFn
+from kopf._structs.typedefs import Logger, PatchFn
 from kopf.config import OperatorConfig
 
 

@@ -43,7 +43,7 @@ from typing import Any
 import aiohttp
 
 from kopf._cycle import cycle, failures
-from kopf._cycle.queueing import ProcessingOutcome, RawEvent, object_key
+from kopf._cycle.queueing import ProcessingOutcome, event_key
 from kopf._handlers import execution
 from kopf._handlers.loggers import ObjectLogger
 from kopf._handlers.registries import OperatorRegistry
@@ -66,7 +66,7 @@ from kopf._structs.ephemera import ObjectMemos
 from kopf._structs.ids import HandlerId
 from kopf._structs.patches import Patch
 from kopf._structs.resources import Resource, Selector
-from kopf._structs.typedefs import PatchFn
+from kopf._structs.typedefs import PatchFn, RawEvent
 from kopf.config import OperatorConfig
 
 # How often to re-send a patch that failed for transient reasons (after the client's own retries).
@@ -126,7 +126,7 @@ async def process_event(watch: ResourceWatch, raw_event: RawEvent, woken_up: boo
     """Handle one event (or a wake-up after a delay) of one object; never fails (failures are reported)."""
     body = Body(raw_event['object'])
     logger = ObjectLogger(body=body)
-    key = object_key(raw_event)
+    key = event_key(raw_event)
     attempted: list[HandlerId] = []
     token = execution.attempted.set(attempted)
     try:

@@ -25,10 +25,11 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 from kopf._cycle import failures
+from kopf._structs.bodies import object_key
+from kopf._structs.typedefs import RawEvent
 
 logger = logging.getLogger('kopf._cycle.queueing')
 
-RawEvent = Mapping[str, Any]
 
 # How long a wake-up after our own patch waits for the patch's event before continuing from the patched object.
 CONSISTENCY_TIMEOUT = 5.0
@@ -69,10 +70,9 @@ class Gate(Protocol):
     def handling(self, key: str) -> AbstractAsyncContextManager[bool]: ...
 
 
-def object_key(raw_event: RawEvent) -> str:
-    """Identify an object across events: by uid, or by namespace and name where no uid is given."""
-    meta = raw_event.get('object', {}).get('metadata', {})
-    return str(meta.get('uid') or f"{meta.get('namespace')}/{meta.get('name')}")
+def event_key(raw_event: RawEvent) -> str:
+    """The key of an event's object (see :func:`~kopf._structs.bodies.object_key`)."""
+    return object_key(raw_event.get('object') or {})
 
 
 def describe(raw_event: RawEvent) -> str:
@@ -108,7 +108,7 @@ async def watch_objects(
     repeats = failures.RepeatLimiter()
     try:
         async for raw_event in stream:
-            key = object_key(raw_event)
+            key = event_key(raw_event)
             if gate is not None and not gate.admits(key):
                 continue  # another replica's object
             mailbox = mailboxes.get(key)

@@ -50,13 +50,15 @@ from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import Any
 
 from kopf._handlers import execution, invocation, progression
-from kopf._handlers.arguments import Arguments, Logger
+from kopf._handlers.arguments import Arguments
 from kopf._handlers.execution import HandlerOutcome
 from kopf._handlers.lifecycles import LifeCycleFn
-from kopf._handlers.progression import Clock, HandlerState, State
+from kopf._handlers.progression import HandlerState, State
 from kopf._handlers.registries import DEFAULT_BACKOFF, ChangingHandler
 from kopf._storage.persistence import Persistence
+from kopf._structs.clocks import Clock
 from kopf._structs.ids import HandlerId
+from kopf._structs.typedefs import Logger
 from kopf.errors import HandlerChildrenRetry, PermanentError
 
 # When the lifecycle fails, the handlers wait this long for it to be fixed (unless an event comes first).

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 from kopf._cycle.causation import Cause
 from kopf._handlers import filters
-from kopf._handlers.arguments import Arguments, CauseArguments, Logger
+from kopf._handlers.arguments import Arguments, CauseArguments
 from kopf._handlers.reasons import Reason
 from kopf._handlers.registries import ChangingHandler, OperatorRegistry, ResourceHandler, ResourceKey, WatchingHandler
 from kopf._storage.persistence import Essences
 from kopf._structs.bodies import Body
 from kopf._structs.ids import HandlerId
+from kopf._structs.typedefs import Logger
 
 
 def matches(handler: ResourceHandler, *, arguments: Arguments, logger: Logger) -> bool:

@@ -121,18 +121,20 @@ from kopf._cycle import selection
 from kopf._cycle.causation import Cause
 from kopf._cycle.cycle import Holding
 from kopf._handlers import execution, invocation
-from kopf._handlers.arguments import Arguments, Logger, ObjectArguments, OperatorArguments
+from kopf._handlers.arguments import Arguments, ObjectArguments, OperatorArguments
 from kopf._handlers.execution import HandlerOutcome
-from kopf._handlers.progression import SYSTEM_CLOCK, Clock, HandlerState
+from kopf._handlers.progression import HandlerState
 from kopf._handlers.reasons import Reason
 from kopf._handlers.registries import DaemonHandler, OperatorRegistry, ResourceKey, SpawningHandler, TimerHandler
 from kopf._kube import patching
 from kopf._kube.auth import APIContext
 from kopf._structs import hierarchies
-from kopf._structs.bodies import Body, Meta, Spec, Status
+from kopf._structs.bodies import Body, Meta, Spec, Status, object_key
+from kopf._structs.clocks import SYSTEM_CLOCK, Clock
 from kopf._structs.patches import Patch
 from kopf._structs.resources import Resource
 from kopf._structs.stoppers import DaemonStopper, DaemonStoppingReason
+from kopf._structs.typedefs import Logger
 from kopf.config import BackgroundConfig
 
 logger = logging.getLogger('kopf._daemons.daemons')
@@ -222,7 +224,7 @@ class Daemons:
         if arguments.object is None:
             return None
         body = arguments.object.body
-        key = _key(body)
+        key = object_key(body.raw)
         obj = self._objects.get(key)
         if cause.reason == Reason.GONE:
             if obj is not None:
@@ -667,11 +669,6 @@ async def patch_object(body: Body, patch: Patch, logger: Logger, *, context: API
     """Apply a daemon's or timer's patch (and its ``patch.fns``) to its object (nothing if the object is gone)."""
     await patching.patch_obj(context=context, resource=resource, namespace=body.metadata.namespace,
                              name=body.metadata.name or '', patch=patch, logger=logger, fns=patch.fns, body=body)
-
-
-def _key(body: Body) -> str:
-    meta = body.metadata
-    return meta.uid or f"{meta.namespace}/{meta.name}"
 
 
 def _cancellation(handler: SpawningHandler) -> tuple[float | None, float | None]:

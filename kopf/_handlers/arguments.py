@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import logging
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol, TypeAlias
+from typing import Any, Protocol
 
 from kopf._handlers import invocation
 from kopf._handlers.reasons import Reason
@@ -36,9 +35,8 @@ from kopf._handlers.registries import Activity, BaseHandler, ChangingHandler, Re
 from kopf._structs import dicts, diffs
 from kopf._structs.bodies import Body
 from kopf._structs.patches import Patch
+from kopf._structs.typedefs import Logger
 from kopf.config import OperatorConfig
-
-Logger: TypeAlias = 'logging.Logger | logging.LoggerAdapter[Any]'
 
 
 class Named(Protocol):

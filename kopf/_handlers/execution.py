@@ -41,10 +41,12 @@ import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+from kopf import errors
 from kopf._handlers import filters, invocation, subhandling
-from kopf._handlers.arguments import Arguments, Attempts, Logger
+from kopf._handlers.arguments import Arguments, Attempts
 from kopf._handlers.registries import DEFAULT_BACKOFF, BaseHandler, ChangingHandler, WatchingHandler
 from kopf._structs.ids import HandlerId
+from kopf._structs.typedefs import Logger
 from kopf.errors import (
     ErrorsMode,
     HandlerChildrenRetry,
@@ -116,11 +118,11 @@ async def attempt(
         logger.debug("%s waits for its sub-handlers.", handler)
         outcome = HandlerOutcome(final=False, delay=e.delay)
     except TemporaryError as e:
-        logger.error("%s failed temporarily: %s", handler, _text(e))
+        logger.error("%s failed temporarily: %s", handler, errors.message(e))
         delay = sane_delay(handler, e.delay, default=default_backoff, logger=logger)
         outcome = HandlerOutcome(final=False, delay=delay, exception=e)
     except PermanentError as e:
-        logger.error("%s failed permanently: %s", handler, _text(e))
+        logger.error("%s failed permanently: %s", handler, errors.message(e))
         return HandlerOutcome(final=True, exception=e)
     except Exception as e:
         mode = handler.errors or ErrorsMode.TEMPORARY
@@ -135,7 +137,8 @@ async def attempt(
         if limit is not None:  # one line says both: the error (with its traceback) and why it is the last
             error, words = limit
             _report(logger, handler, e, f"it will not be retried: it {words}.")
-            return HandlerOutcome(final=True, exception=error(f"{handler} {words}. The last error: {_text(e)}"))
+            text = errors.message(e)
+            return HandlerOutcome(final=True, exception=error(f"{handler} {words}. The last error: {text}"))
         _report(logger, handler, e, f"it will be retried in {delay:g}s.")
         outcome = HandlerOutcome(final=False, delay=delay, exception=e)
     else:
@@ -143,7 +146,7 @@ async def attempt(
         return HandlerOutcome(final=True, result=result)
 
     # Do not wait for a retry that would be refused anyway.
-    last = _text(outcome.exception) if outcome.exception is not None else None
+    last = errors.message(outcome.exception) if outcome.exception is not None else None
     refusal = _exhausted(handler, past, attempts=past.retries + 1, delay=outcome.delay or 0, last=last)
     if refusal is not None:
         logger.error("%s", refusal)
@@ -261,10 +264,6 @@ def _limit(
     if handler.timeout is not None and runtime > datetime.timedelta(seconds=handler.timeout):
         return HandlerTimeoutError, f"has run out of its {handler.timeout} seconds"
     return None
-
-
-def _text(e: BaseException) -> str:
-    return str(e) or type(e).__name__
 
 
 def _report(logger: Logger, handler: BaseHandler, e: Exception, consequence: str) -> None:

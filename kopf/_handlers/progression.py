@@ -12,49 +12,21 @@ so that delays, timeouts and ``runtime`` can be checked exactly in tests.
 """
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import datetime
-import time
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Protocol
 
+from kopf import errors
 from kopf._handlers.execution import HandlerOutcome
 from kopf._storage import records
 from kopf._storage.records import ProgressRecord
+from kopf._structs.clocks import SYSTEM_CLOCK, Clock
 from kopf._structs.ids import HandlerId
 
 # Error messages end up in annotations, which are limited per object in total.
 MAX_MESSAGE_LENGTH = 1024
 
 
-class Clock(Protocol):
-    """The time as the handling cycle sees it."""
-
-    def now(self) -> datetime.datetime:
-        """The current time, timezone-aware (UTC): for what is stored and compared with stored times."""
-
-    def monotonic(self) -> float:
-        """Seconds on a clock that never goes back: for measuring durations within one process."""
-
-    async def sleep(self, seconds: float) -> None:
-        """Wait for this many seconds of this clock (a test's clock waits until it is moved that far)."""
-
-
-class SystemClock:
-    """The real clock."""
-
-    def now(self) -> datetime.datetime:
-        return datetime.datetime.now(datetime.timezone.utc)
-
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-
-
-SYSTEM_CLOCK: Clock = SystemClock()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,7 +130,7 @@ class HandlerState:
 def _message(exception: BaseException | None) -> str | None:
     if exception is None:
         return None
-    text = str(exception) or type(exception).__name__
+    text = errors.message(exception)
     if len(text) > MAX_MESSAGE_LENGTH:
         text = text[:MAX_MESSAGE_LENGTH - 1] + '…'
     return text

@@ -69,20 +69,22 @@ import datetime
 from collections.abc import AsyncIterator, Hashable, Iterator, Mapping
 from typing import Any
 
+from kopf import errors
 from kopf._cycle import selection
-from kopf._cycle.queueing import RawEvent, object_key
+from kopf._cycle.queueing import event_key
 from kopf._handlers import invocation
-from kopf._handlers.arguments import Arguments, Logger, ObjectArguments, OperatorArguments
+from kopf._handlers.arguments import Arguments, ObjectArguments, OperatorArguments
 from kopf._handlers.loggers import ObjectLogger
-from kopf._handlers.progression import SYSTEM_CLOCK, Clock
 from kopf._handlers.registries import DEFAULT_BACKOFF, IndexingHandler, OperatorRegistry, ResourceKey
 from kopf._indexing import indexes
 from kopf._indexing.indexes import Index, Indexer, ObjectKey
 from kopf._structs.bodies import Body
+from kopf._structs.clocks import SYSTEM_CLOCK, Clock
 from kopf._structs.ephemera import ObjectMemos
 from kopf._structs.ids import HandlerId
 from kopf._structs.patches import Patch
 from kopf._structs.resources import Resource
+from kopf._structs.typedefs import Logger, RawEvent
 from kopf.config import OperatorConfig
 from kopf.errors import ErrorsMode, PermanentError, TemporaryError
 
@@ -229,7 +231,7 @@ class OperatorIndexes(Mapping[str, Index[Any, Any]]):
         if state is None:
             state = self._streams[listing] = _Stream(handlers=registry.get_indexing_handlers(selector))
         async for raw_event in stream:
-            obj = object_key(raw_event)
+            obj = event_key(raw_event)
             if raw_event.get('type') is None:  # a listed object
                 if not state.listing:  # a new listing begins
                     state.listed, state.listing = set(), True
@@ -255,7 +257,7 @@ class OperatorIndexes(Mapping[str, Index[Any, Any]]):
             memo: Any,
     ) -> None:
         """Update the indexes of these functions with one event of one object."""
-        obj = object_key(raw_event)
+        obj = event_key(raw_event)
         if raw_event.get('type') == 'DELETED':
             for handler in handlers:
                 self._forget(handler.id, obj)
@@ -359,10 +361,9 @@ class OperatorIndexes(Mapping[str, Index[Any, Any]]):
         expected = isinstance(error, (TemporaryError, PermanentError))
         if failure is None or news:
             logger.error("Index %r has failed for the object: %s; %s. Its further failures are logged only "
-                         "at DEBUG until it is indexed again.", handler.id, _text(error), consequence,
+                         "at DEBUG until it is indexed again.", handler.id, errors.message(error), consequence,
                          exc_info=None if expected else error)
         else:
-            logger.debug("Index %r has failed for the object again: %s; %s.", handler.id, _text(error), consequence)
+            logger.debug("Index %r has failed for the object again: %s; %s.",
+                         handler.id, errors.message(error), consequence)
 
-def _text(error: BaseException) -> str:
-    return str(error) or type(error).__name__

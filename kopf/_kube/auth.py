@@ -19,12 +19,13 @@ import os
 import sys
 import types
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any
 
 from kopf._kube import kubeconfig
 from kopf._kube.errors import LoginError
 from kopf._kube.session import APIContext, Relogin, make_ssl_context
 from kopf._structs.credentials import ConnectionInfo
+from kopf._structs.typedefs import Logger
 
 __all__ = [
     'APIContext',
@@ -48,7 +49,6 @@ _module_logger = logger  # for functions whose `logger` argument shadows it
 SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount'
 DEFAULT_KUBECONFIG = kubeconfig.DEFAULT_KUBECONFIG
 
-Logger: TypeAlias = 'logging.Logger | logging.LoggerAdapter[Any]'
 
 
 # --- Credentials --------------------------------------------------------------------------------

@@ -10,11 +10,10 @@ import datetime
 import logging
 import socket
 from collections.abc import Mapping
-from typing import Any, TypeAlias
+from typing import Any
 
 from kopf._kube.session import APIContext
-
-Logger: TypeAlias = 'logging.Logger | logging.LoggerAdapter[Any]'
+from kopf._structs.typedefs import Logger
 
 MAX_MESSAGE_LENGTH = 1024
 COMPONENT = 'kopf'

@@ -8,13 +8,12 @@ handles looks the same whether it came from a listing or from a watch.
 from __future__ import annotations
 
 import logging
-from typing import Any, TypeAlias
+from typing import Any
 
 from kopf._kube.errors import APIGoneError, APINotFoundError
 from kopf._kube.session import APIContext
 from kopf._structs.resources import ParamValue, Resource
-
-Logger: TypeAlias = 'logging.Logger | logging.LoggerAdapter[Any]'
+from kopf._structs.typedefs import Logger
 
 # How often a listing starts over because its continue token has expired before giving up.
 MAX_LIST_RESTARTS = 5

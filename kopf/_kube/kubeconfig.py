@@ -86,6 +86,14 @@ def load(paths: Sequence[Path]) -> Kubeconfig:
                       clusters=clusters, users=users, contexts=contexts)
 
 
+def current_context() -> str | None:
+    """The current context of the kubeconfig that ``kubectl`` would use (merged as it does), if any."""
+    try:
+        return load(kubeconfig_paths()).current_context
+    except LoginError:
+        return None
+
+
 def _read_yaml(path: Path) -> Mapping[str, Any]:
     try:
         text = path.read_text(encoding='utf-8')

@@ -19,16 +19,14 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, TypeAlias
+from typing import Any
 
 from kopf._kube import fetching
 from kopf._kube.errors import APIConflictError, APINotFoundError, APIUnprocessableError
 from kopf._kube.session import APIContext
 from kopf._structs.dicts import FieldPath, format_field
 from kopf._structs.resources import Resource
-from kopf._structs.typedefs import PatchFn
-
-Logger: TypeAlias = 'logging.Logger | logging.LoggerAdapter[Any]'
+from kopf._structs.typedefs import Logger, PatchFn
 
 MERGE_PATCH = 'application/merge-patch+json'
 JSON_PATCH = 'application/json-patch+json'

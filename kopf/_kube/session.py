@@ -31,6 +31,7 @@ from typing import Any, TypeAlias
 
 import aiohttp
 
+from kopf import errors
 from kopf._kube.errors import (
     APIConnectionError,
     APIError,
@@ -43,10 +44,10 @@ from kopf._kube.errors import (
 )
 from kopf._structs.credentials import AiohttpSession, ConnectionInfo
 from kopf._structs.resources import ParamValue, build_query
+from kopf._structs.typedefs import Logger
 
 logger = logging.getLogger(__name__)
 
-Logger: TypeAlias = 'logging.Logger | logging.LoggerAdapter[Any]'
 Relogin: TypeAlias = Callable[[], Awaitable['ConnectionInfo | AiohttpSession']]
 
 TOKEN_FILE_CHECK_INTERVAL = 1.0  # seconds between checks whether a token file has changed
@@ -424,7 +425,7 @@ class APIContext:
         if isinstance(error, asyncio.TimeoutError) and not isinstance(error, aiohttp.ClientConnectionError):
             limit = f" within {timeout.total:g}s" if timeout is not None and timeout.total else ""
             return f"no response{limit} (timed out)"
-        return _describe(error)
+        return errors.describe(error)
 
     @contextlib.asynccontextmanager
     async def stream(
@@ -466,7 +467,7 @@ class APIContext:
             except asyncio.TimeoutError:
                 raise
             except aiohttp.ClientConnectionError as e:
-                raise APIConnectionError(f"{method} {url} failed: {_describe(e)}") from e
+                raise APIConnectionError(f"{method} {url} failed: {errors.describe(e)}") from e
             try:
                 await check_response(response)
             except APIUnauthorizedError as e:
@@ -485,6 +486,3 @@ class APIContext:
             response.release()
 
 
-def _describe(error: BaseException) -> str:
-    text = str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__

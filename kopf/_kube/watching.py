@@ -29,7 +29,7 @@ import logging
 import math
 import operator
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, Literal, Protocol, TypeAlias, TypedDict, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import aiohttp
 
@@ -43,19 +43,13 @@ from kopf._kube.errors import (
 from kopf._kube.fetching import list_objs
 from kopf._kube.session import APIContext
 from kopf._structs import dormancy
+from kopf._structs.bodies import object_key
 from kopf._structs.resources import ParamValue, Resource
+from kopf._structs.typedefs import Logger, RawEvent
 
-Logger: TypeAlias = 'logging.Logger | logging.LoggerAdapter[Any]'
 EventType = Literal['ADDED', 'MODIFIED', 'DELETED']
 
 _T = TypeVar('_T')
-
-
-class RawEvent(TypedDict):
-    """One change: ``type`` is ``None`` for objects from a (re)listing."""
-
-    type: EventType | None
-    object: dict[str, Any]
 
 
 class WatchSettings(Protocol):
@@ -323,13 +317,13 @@ class _Tracker:
         known = self.known
         if known is not None:
             if kind == 'DELETED':
-                known.pop(_identity(obj), None)
+                known.pop(object_key(obj), None)
             else:
                 self._remember(known, obj)
         return {'type': kind, 'object': obj}
 
     def _remember(self, known: dict[str, _Stub], obj: Mapping[str, Any]) -> None:
-        key = _identity(obj)
+        key = object_key(obj)
         stub = known.get(key)
         if stub is None:
             stub = known[key] = _Stub()
@@ -430,11 +424,6 @@ def _pack_stubs(known: dict[str, _Stub]) -> dict[str, tuple[Any, ...]]:
 
 def _unpack_stubs(packed: dict[str, tuple[Any, ...]]) -> dict[str, _Stub]:
     return {key: _Stub.unpacked(values) for key, values in packed.items()}
-
-
-def _identity(obj: Mapping[str, Any]) -> str:
-    meta = obj.get('metadata') or {}
-    return str(meta.get('uid') or f"{meta.get('namespace') or ''}/{meta.get('name') or ''}")
 
 
 class _StoppedType(enum.Enum):

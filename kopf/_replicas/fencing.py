@@ -54,9 +54,9 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from kopf._cycle.queueing import RawEvent
-from kopf._handlers.progression import SYSTEM_CLOCK, Clock
 from kopf._kube.auth import APIContext
+from kopf._structs.clocks import SYSTEM_CLOCK, Clock
+from kopf._structs.typedefs import RawEvent
 
 logger = logging.getLogger('kopf._replicas.fencing')
 

@@ -56,7 +56,7 @@ from pathlib import Path
 
 import aiohttp
 
-from kopf._handlers.progression import SYSTEM_CLOCK, Clock
+from kopf import errors
 from kopf._kube import access
 from kopf._kube.auth import APIContext
 from kopf._kube.errors import APIConflictError, APIConnectionError, APIError, APIForbiddenError, APINotFoundError
@@ -64,6 +64,7 @@ from kopf._replicas import freezing, leases, ownership
 from kopf._replicas.fencing import Gate, everything, nothing
 from kopf._replicas.leases import Lease, LeaseSpec
 from kopf._replicas.ownership import Ring, ShardPermit
+from kopf._structs.clocks import SYSTEM_CLOCK, Clock
 from kopf._structs.namespaces import NamespaceSpec, is_exact
 from kopf.config import PeeringConfig
 
@@ -354,7 +355,7 @@ class _Replica:
                 await self.tick()
             except _TRANSIENT as e:
                 logger.warning("Cannot coordinate through the lease(s) in %r right now: %s; retrying.",
-                               self.settings.namespace, _describe(e))
+                               self.settings.namespace, errors.describe(e))
             await asyncio.sleep(max(0.0, started + self.settings.retry_period - loop.time()))
 
     async def tick(self) -> None:
@@ -601,7 +602,7 @@ class _Elector(_Replica):
             await leases.replace_lease(lease=self.lease, context=self.context, spec=spec, timeout=self.timeout)
         except _TRANSIENT as e:
             logger.warning("Cannot release the lease %s/%s: %s; the standbys take over when it expires.",
-                           self.settings.namespace, self.settings.name, _describe(e))
+                           self.settings.namespace, self.settings.name, errors.describe(e))
             return
         self.leading = False
         self.holding_until = None
@@ -758,7 +759,7 @@ class _Member(_Replica):
             await leases.delete_lease(lease=self.lease, context=self.context, timeout=self.timeout)
         except _TRANSIENT as e:
             logger.warning("Cannot delete the member lease %s: %s; the others take over when it expires.",
-                           self.settings.member_lease_name, _describe(e))
+                           self.settings.member_lease_name, errors.describe(e))
             return
         logger.info("Left the shards: deleted the member lease %s.", self.settings.member_lease_name)
 
@@ -838,9 +839,9 @@ class Peering:
         if not self._future.done() or self._future.cancelled() or self._future.exception() is None:
             return None
         error = self._future.exception()
-        if isinstance(error, PeeringError):
+        if error is None or isinstance(error, PeeringError):
             return error
-        return PeeringError(f"Coordination with the other replicas has failed: {_describe(error)}")
+        return PeeringError(f"Coordination with the other replicas has failed: {errors.describe(error)}")
 
 
 class ReplicaView:
@@ -907,7 +908,8 @@ class ReplicaView:
                 lease = await leases.read_lease(context=self._context, namespace=settings.namespace,
                                                 name=settings.name, timeout=settings.request_timeout)
             except _TRANSIENT as e:
-                logger.warning("Cannot read the lease %s/%s: %s.", settings.namespace, settings.name, _describe(e))
+                logger.warning("Cannot read the lease %s/%s: %s.",
+                               settings.namespace, settings.name, errors.describe(e))
                 lease = None
             holder = lease.spec.holder if lease is not None else None
             if holder and holder != settings.identity:
@@ -981,6 +983,3 @@ async def _check_access(context: APIContext, settings: PeeringSettings) -> None:
             f"--lease-namespace.")
 
 
-def _describe(error: BaseException | None) -> str:
-    text = str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__

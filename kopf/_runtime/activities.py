@@ -27,11 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from kopf._handlers import execution, invocation
-from kopf._handlers.arguments import Arguments, Logger, OperatorArguments
+from kopf._handlers.arguments import Arguments, OperatorArguments
 from kopf._handlers.execution import HandlerOutcome
-from kopf._handlers.progression import SYSTEM_CLOCK, Clock, HandlerState, State
+from kopf._handlers.progression import HandlerState, State
 from kopf._handlers.registries import Activity, ActivityHandler, OperatorRegistry
+from kopf._structs.clocks import SYSTEM_CLOCK, Clock
 from kopf._structs.ids import HandlerId
+from kopf._structs.typedefs import Logger
 from kopf.config import OperatorConfig
 from kopf.errors import ActivityError, PermanentError
 

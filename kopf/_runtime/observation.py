@@ -55,6 +55,7 @@ import time
 from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any
 
+from kopf import errors
 from kopf._kube import discovery, watching
 from kopf._kube.errors import APIConnectionError, APIError, APIForbiddenError, describe_api_failure
 from kopf._kube.session import APIContext
@@ -300,7 +301,7 @@ def _describe(error: BaseException | None) -> str:
         return "it has stopped"
     if isinstance(error, (APIError, APIConnectionError)):
         return describe_api_failure(error)
-    return f"{type(error).__name__}: {error}"
+    return errors.describe(error)
 
 
 async def _observe_namespaces(

@@ -34,6 +34,7 @@ from kopf._structs.credentials import AiohttpSession, ConnectionInfo
 from kopf._structs.ephemera import Memo
 from kopf._structs.namespaces import NamespacePatternError, NamespaceScope, NamespaceSpec
 from kopf._structs.resources import Resource, Selector
+from kopf._structs.typedefs import RawEvent
 from kopf.config import OperatorConfig, PostingConfig
 
 logger = logging.getLogger('kopf._runtime.running')
@@ -568,11 +569,11 @@ async def _handle_stream(
     listing = (watch.selector, namespace)
     listed = functools.partial(indexes.listed, listing) if indexes is not None else None
 
-    def open_stream(until: asyncio.Event) -> AsyncIterator[watching.RawEvent]:
+    def open_stream(until: asyncio.Event) -> AsyncIterator[RawEvent]:
         return watching.infinite_watch(context=watch.context, resource=watch.resource, namespace=namespace,
                                        settings=watch.config.watching, stop=until, on_listed=listed)
 
-    stream: AsyncIterator[queueing.RawEvent]
+    stream: AsyncIterator[RawEvent]
     stream = open_stream(stop) if gate is None else fencing.gated_stream(gate, open_stream, stop=stop)
     if indexes is not None and watch.registry.get_indexing_handlers(watch.resource):
         # Every replica indexes every event, before the gate decides which objects it handles.

@@ -32,9 +32,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import logging
 from collections.abc import Iterable, Mapping, MutableMapping
-from typing import Any, TypeAlias
+from typing import Any
 
 from kopf._storage import records, trimming
 from kopf._storage.diffbase import (
@@ -45,8 +44,7 @@ from kopf._storage.diffbase import (
 )
 from kopf._structs.bodies import Body
 from kopf._structs.patches import Patch
-
-Logger: TypeAlias = 'logging.Logger | logging.LoggerAdapter[Any]'
+from kopf._structs.typedefs import Logger
 
 # What Kubernetes accepts for all annotations of an object together (apimachinery's TotalAnnotationSizeLimitB).
 LIMIT = 256 * 1024

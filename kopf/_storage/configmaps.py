@@ -39,12 +39,12 @@ from typing import Any
 
 from kopf._storage import conventions, records, trimming
 from kopf._storage.cluster import ClusterAccess
-from kopf._storage.diffbase import DiffBaseStorage, Essence, decode_essence, encode_essence
+from kopf._storage.diffbase import DiffBaseStorage, decode_essence, encode_essence
 from kopf._storage.errors import StorageError
 from kopf._storage.progress import ProgressStorage
 from kopf._storage.records import ProgressRecord
 from kopf._structs import dicts
-from kopf._structs.bodies import Body
+from kopf._structs.bodies import Body, Essence
 from kopf._structs.ids import HandlerId
 from kopf._structs.patches import Patch
 from kopf._structs.resources import Resource

@@ -21,12 +21,11 @@ from typing_extensions import Self
 from kopf._storage import calls, conventions, trimming
 from kopf._storage.calls import MaybeAwaitable, Steps
 from kopf._structs import dicts
-from kopf._structs.bodies import Body
+from kopf._structs.bodies import Body, Essence
 from kopf._structs.patches import Patch
 
 logger = logging.getLogger('kopf._storage')
 
-Essence = dict[str, Any]
 
 DEFAULT_PREFIX = 'kopf.zalando.org'
 LAST_HANDLED_NAME = 'last-handled-configuration'

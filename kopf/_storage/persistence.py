@@ -43,7 +43,6 @@ import copy
 import dataclasses
 import functools
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
-from typing import Any
 
 from kopf._storage import calls, conventions
 from kopf._storage.diffbase import DiffBaseStorage
@@ -56,11 +55,9 @@ from kopf._storage.progress import (
 )
 from kopf._storage.records import ProgressRecord
 from kopf._structs import dicts, diffs
-from kopf._structs.bodies import Body
+from kopf._structs.bodies import Body, Essence
 from kopf._structs.ids import HandlerId
 from kopf._structs.patches import Patch
-
-Essence = dict[str, Any]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,13 +25,12 @@ from kopf._storage import calls, conventions, records
 from kopf._storage.calls import MaybeAwaitable, Steps
 from kopf._storage.records import ProgressRecord
 from kopf._structs import dicts
-from kopf._structs.bodies import Body
+from kopf._structs.bodies import Body, Essence
 from kopf._structs.ids import HandlerId
 from kopf._structs.patches import Patch
 
 logger = logging.getLogger('kopf._storage')
 
-Essence = dict[str, Any]
 
 DEFAULT_PREFIX = 'kopf.zalando.org'
 TOUCH_DUMMY_NAME = 'touch-dummy'  # the default wake-up marker of the annotations progress storages

@@ -22,7 +22,8 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-Essence = dict[str, Any]
+from kopf._structs.bodies import Essence
+
 Path = tuple[str, ...]
 
 MARKER = '$kopf-trimmed'

@@ -12,6 +12,20 @@ from typing import Any, TypeAlias
 
 RawBody: TypeAlias = Mapping[str, Any]
 
+# An object's essence: what the changes are judged by (no status, no system metadata).
+Essence: TypeAlias = dict[str, Any]
+
+
+def object_key(obj: Mapping[str, Any]) -> str:
+    """
+    An object's identity across events: its uid, or ``namespace/name`` where there is no uid.
+
+    A cluster-scoped object without a uid is ``/name``, never ``None/name``:
+    the same object has the same key wherever it is computed.
+    """
+    meta = obj.get('metadata') or {}
+    return str(meta.get('uid') or f"{meta.get('namespace') or ''}/{meta.get('name') or ''}")
+
 
 class ReadOnlyDict(Mapping[str, Any]):
     """A live read-only mapping over a sub-dict, resolved lazily on every access."""

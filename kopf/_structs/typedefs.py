@@ -18,7 +18,7 @@ Labels: TypeAlias = Mapping[str, str]
 Annotations: TypeAlias = Mapping[str, str]
 
 # What handlers receive as ``logger``: a per-object logger adapter, or a plain logger in activities.
-Logger: TypeAlias = logging.Logger | logging.LoggerAdapter  # type: ignore[type-arg]
+Logger: TypeAlias = logging.Logger | logging.LoggerAdapter[Any]
 
 # The ``type`` of a watch event; ``None`` for the objects of the initial listing.
 RawEventType: TypeAlias = Literal[None, 'ADDED', 'MODIFIED', 'DELETED', 'BOOKMARK']

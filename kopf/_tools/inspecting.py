@@ -14,10 +14,10 @@ import json
 from collections.abc import Collection, Sequence
 
 from kopf._storage import calls, records
-from kopf._storage.diffbase import DiffBaseStorage, Essence
+from kopf._storage.diffbase import DiffBaseStorage
 from kopf._storage.progress import ProgressStorage
 from kopf._storage.records import ProgressRecord
-from kopf._structs.bodies import Body
+from kopf._structs.bodies import Body, Essence
 from kopf._structs.ids import HandlerId
 from kopf._tools import reading
 

@@ -345,17 +345,6 @@ def test_choose_host_with_an_unresolvable_api_server_falls_back_to_localhost():
     assert 'nowhere.invalid' in choice.reason
 
 
-def test_current_context_is_read_from_the_kubeconfig(tmp_path, monkeypatch):
-    path = tmp_path / 'config'
-    path.write_text('apiVersion: v1\nkind: Config\ncurrent-context: k3d-dev\n')
-    monkeypatch.setenv('KUBECONFIG', f'{path}:{tmp_path / "other"}')
-    assert webhooks.current_context() == 'k3d-dev'
-    path.write_text(': not yaml: [')
-    assert webhooks.current_context() is None
-    monkeypatch.setenv('KUBECONFIG', str(tmp_path / 'missing'))
-    assert webhooks.current_context() is None
-
-
 @pytest.fixture()
 def cluster(tmp_path, monkeypatch):
     """Pretend the operator works with an API server on this machine, and a kubeconfig context."""

@@ -4,7 +4,7 @@ import gc
 import weakref
 
 from kopf._cycle import queueing
-from kopf._cycle.queueing import ProcessingOutcome, object_key, watch_objects
+from kopf._cycle.queueing import ProcessingOutcome, event_key, watch_objects
 
 
 @dataclasses.dataclass
@@ -31,8 +31,9 @@ async def feed(events, *, pause=0.0, hold=0.0):
 
 
 def test_objects_are_keyed_by_uid_or_by_name():
-    assert object_key(event('u1', 1)) == 'u1'
-    assert object_key({'object': {'metadata': {'namespace': 'ns', 'name': 'n'}}}) == 'ns/n'
+    assert event_key(event('u1', 1)) == 'u1'
+    assert event_key({'object': {'metadata': {'namespace': 'ns', 'name': 'n'}}}) == 'ns/n'
+    assert event_key({'object': {'metadata': {'name': 'n'}}}) == '/n'  # cluster-scoped, as everywhere
 
 
 async def test_events_of_one_object_are_batched_and_the_latest_wins():

@@ -8,7 +8,7 @@ import pytest
 
 import kopf
 from kopf._cycle.cycle import handle_object
-from kopf._cycle.queueing import object_key
+from kopf._cycle.queueing import event_key
 from kopf._handlers.registries import Activity, OperatorRegistry
 from kopf._indexing.indexing import OperatorIndexes
 from kopf._runtime import activities
@@ -380,7 +380,7 @@ async def test_index_functions_get_each_objects_own_memo(registry):
         pass
 
     assert contents(idx['counts']) == {None: [1, 2]}  # a: indexed twice with its memo; b: once with its own
-    assert memos.get(object_key(ev(None, 'a'))).indexed == 2  # the handlers of a get the same memo
+    assert memos.get(event_key(ev(None, 'a'))).indexed == 2  # the handlers of a get the same memo
 
 
 async def test_an_empty_listing_forgets_everything_the_stream_has_indexed(registry):

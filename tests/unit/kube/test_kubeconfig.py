@@ -134,3 +134,17 @@ def test_inline_data_is_decoded(tmp_path):
 
 def test_kubeconfig_paths_default_to_the_home_directory(tmp_path):
     assert kubeconfig.kubeconfig_paths() == [tmp_path / 'home' / '.kube' / 'config']
+
+
+def test_the_current_context_is_that_of_the_merged_files_as_kubectl_has_it(tmp_path, monkeypatch):
+    first, second = tmp_path / 'first', tmp_path / 'second'
+    first.write_text('apiVersion: v1\nkind: Config\nclusters: []\n')  # no current context of its own
+    second.write_text('apiVersion: v1\nkind: Config\ncurrent-context: k3d-dev\n')
+    monkeypatch.setenv('KUBECONFIG', f'{first}:{tmp_path / "missing"}:{second}')
+    assert kubeconfig.current_context() == 'k3d-dev'
+    first.write_text('apiVersion: v1\nkind: Config\ncurrent-context: minikube\n')
+    assert kubeconfig.current_context() == 'minikube'  # the first file that names one wins
+    first.write_text(': not yaml: [')
+    assert kubeconfig.current_context() is None
+    monkeypatch.setenv('KUBECONFIG', str(tmp_path / 'missing'))
+    assert kubeconfig.current_context() is None

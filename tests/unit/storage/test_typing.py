@@ -16,7 +16,7 @@ SNIPPET = textwrap.dedent('''
     from __future__ import annotations
 
     import kopf
-    from kopf._storage.diffbase import Essence
+    from kopf._structs.bodies import Essence
     from kopf._structs.ids import HandlerId
 
 
