@@ -14,7 +14,12 @@ setup(
         'pyyaml',
         'click',
         'typing_extensions',
-        'cryptography',  # self-signed certificates of the webhook servers
-        'jsonpatch',  # mutations answered to the API server as JSONPatch
+        'jsonpatch',  # JSON patches: mutating webhooks' answers, and transformation functions (patch.fns)
     ],
+    extras_require={
+        # Admission webhooks served with self-signed certificates (development servers, tunnels);
+        # 'dev' is the name Kopf's users know it by.
+        'webhooks': ['cryptography'],
+        'dev': ['cryptography'],
+    },
 )

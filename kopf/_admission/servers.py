@@ -20,11 +20,13 @@ import contextvars
 import dataclasses
 import errno
 import functools
+import importlib
 import ipaddress
 import logging
 import os
 import socket
 import ssl
+import types
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
@@ -46,6 +48,21 @@ PathLike = str | os.PathLike[str]
 
 class WebhookServerError(Exception):
     """The webhook server cannot start; the message says why and what to do."""
+
+
+def _certificates() -> types.ModuleType:
+    """
+    The self-signed certificates' machinery, imported only when it is needed.
+
+    It costs memory that operators without webhooks never need, and the
+    ``cryptography`` package, which is an extra: ``pip install 'kopf[webhooks]'``.
+    """
+    try:
+        return importlib.import_module('kopf._admission.certificates')
+    except ImportError as e:
+        raise WebhookServerError(
+            f"Self-signed certificates for the webhook server need the 'cryptography' package, which is not "
+            f"installed ({e}): pip install 'kopf[webhooks]' -- or give the server certfile= and pkeyfile=.") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,8 +220,6 @@ class WebhookServer:
 
     def _ssl(self) -> tuple[ssl.SSLContext | None, bytes | None]:
         """The server's TLS context and the CA bundle for the configurations (``None``: system trust)."""
-        # Imported here: the certificate machinery costs memory that operators without webhooks never need.
-        from kopf._admission import certificates
         if self.insecure:
             return None, None
         cadata = self._read(self.cafile, 'cafile') if self.cafile is not None else self.cadata
@@ -213,6 +228,7 @@ class WebhookServer:
         elif self.certfile is not None or self.pkeyfile is not None:
             context = self._load_certificates()
         else:
+            certificates = _certificates()
             bundle = certificates.generate(self._sans())
             context = certificates.server_context(bundle)
             cadata = cadata if cadata is not None else bundle.ca_pem
@@ -222,7 +238,7 @@ class WebhookServer:
         return context, cadata
 
     def _sans(self) -> list[str]:
-        from kopf._admission import certificates
+        certificates = _certificates()
         names = [self._host]
         if self.addr and self.addr not in WILDCARD_ADDRESSES:
             names.append(self.addr)

@@ -6,6 +6,7 @@ import datetime
 import logging
 import socket
 import ssl
+import sys
 
 import aiohttp
 import pytest
@@ -147,6 +148,18 @@ async def test_a_port_in_use_fails_the_start_clearly():
     assert f"127.0.0.1:{port}" in str(e.value)
     assert "already in use" in str(e.value)
     assert "port=" in str(e.value)
+
+
+async def test_without_the_webhooks_extra_self_signed_certificates_fail_the_start_naming_it(monkeypatch):
+    monkeypatch.delitem(sys.modules, 'kopf._admission.certificates', raising=False)
+    monkeypatch.setitem(sys.modules, 'cryptography', None)  # as if not installed
+    with pytest.raises(webhooks.WebhookServerError) as e:
+        async with running(kopf.WebhookServer(addr='127.0.0.1'), Recorder()):
+            pass
+    assert "'cryptography'" in str(e.value) and "pip install 'kopf[webhooks]'" in str(e.value)
+    assert "certfile=" in str(e.value)  # or what to do instead
+    async with running(kopf.WebhookServer(addr='127.0.0.1', insecure=True), Recorder()):
+        pass  # a server without TLS does not need it
 
 
 async def test_cadump_saves_the_ca_of_the_configuration(tmp_path):
