@@ -133,6 +133,7 @@ class Options:
     logs: Path | None = None
     ours: Path = REPO  # the source tree whose ``kopf`` is "ours"
     baseline: Path | None = None  # another source tree of ours, run as "base" (e.g. before a change)
+    c_allocator: bool = False  # ours with CPython's C allocator (PYTHONMALLOC=malloc), the documented opt-in
 
 
 @dataclasses.dataclass(frozen=True)
@@ -342,18 +343,21 @@ def frameworks(options: Options) -> dict[str, Framework]:
     """How to run the operator file under each framework."""
     found: dict[str, Framework] = {}
     if 'ours' in options.frameworks:
-        found['ours'] = _ours('ours', options.ours)
+        found['ours'] = _ours('ours', options.ours, c_allocator=options.c_allocator)
     if 'kopf' in options.frameworks:
         kopf_bin = peers.ensure_peer(options.peer_version)
         found['kopf'] = Framework('kopf', (str(kopf_bin),), tuple(peers.peer_env().items()))
     if options.baseline is not None:
-        found['base'] = _ours('base', options.baseline)
+        found['base'] = _ours('base', options.baseline, c_allocator=options.c_allocator)
     return found
 
 
-def _ours(name: str, tree: Path) -> Framework:
+def _ours(name: str, tree: Path, *, c_allocator: bool = False) -> Framework:
     """This framework from a source tree (its ``kopf`` package), on the benchmark's interpreter."""
     env = {**os.environ, 'PYTHONPATH': str(tree)}
+    env.pop('PYTHONMALLOC', None)
+    if c_allocator:
+        env['PYTHONMALLOC'] = 'malloc'  # as the deployment recipe opts in
     imported = subprocess.run([sys.executable, '-c', 'import kopf; print(kopf.__file__)'], env=env,
                               cwd=tempfile.gettempdir(), capture_output=True, text=True).stdout.strip()
     if not imported.startswith(str(tree)):
@@ -748,6 +752,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     parser.add_argument('--quiet-window', type=float, default=Options.quiet_window)
     parser.add_argument('--stall-timeout', type=float, default=Options.stall_timeout,
                         help="fail a run when no object gets fully handled for this long")
+    parser.add_argument('--c-allocator', action='store_true',
+                        help="run ours with CPython's C allocator (PYTHONMALLOC=malloc), the documented opt-in")
     parser.add_argument('--json', type=Path, help="also write every run's figures to this JSON file")
     parser.add_argument('--logs', type=Path, help="keep the operators' logs in this directory")
     parser.add_argument('--ours', type=Path, default=REPO,
@@ -765,7 +771,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
                    idle_settle=args.idle_settle,
                    quiet_window=args.quiet_window, stall_timeout=args.stall_timeout, json_path=args.json,
                    logs=args.logs, ours=args.ours.resolve(),
-                   baseline=args.baseline.resolve() if args.baseline else None)
+                   baseline=args.baseline.resolve() if args.baseline else None, c_allocator=args.c_allocator)
 
 
 async def _main(options: Options) -> list[RunResult]:

@@ -116,8 +116,6 @@ def _trim(directory: Path) -> None:
 
 def main(argv: Sequence[str]) -> None:
     """``kopf run`` of this framework, with tracemalloc on and a snapshot dumped on SIGUSR1."""
-    from kopf._runtime import allocation
-    allocation.use_c_allocator()  # as ``kopf run`` does, so that the figures are of the same allocator
     frames = int(os.environ.get(FRAMES_ENV, '1'))
     if frames:
         tracemalloc.start(frames)

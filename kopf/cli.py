@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import importlib
 import importlib.util
+import logging
 import os
 import re
 import sys
@@ -55,6 +56,10 @@ class CLIControls:
     ready_flag: threading.Event | None = None
     registry: OperatorRegistry | None = None
     settings: OperatorConfig | None = None
+
+
+# The option of `kopf run` that starts the process over with CPython's C allocator (only when given).
+C_ALLOCATOR = '--c-allocator'
 
 
 class OperatorImportError(click.ClickException):
@@ -121,12 +126,14 @@ def console() -> None:
     """
     The ``kopf`` command as installed, and ``python -m kopf``.
 
-    ``kopf run`` first starts CPython over with its C allocator, unless the
-    user chose one with ``PYTHONMALLOC``: see :mod:`kopf._runtime.allocation`.
+    ``kopf run --c-allocator`` first starts CPython over with its C
+    allocator, unless the user chose one with ``PYTHONMALLOC``: see
+    :mod:`kopf._runtime.allocation`. Nothing else ever starts the process over.
     """
-    if sys.argv[1:2] == ['run']:
+    if sys.argv[1:2] == ['run'] and C_ALLOCATOR in sys.argv[2:]:
         allocation.use_c_allocator()
     main()
+
 
 
 def _namespace_patterns(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
@@ -166,6 +173,9 @@ def _namespace_patterns(ctx: click.Context, param: click.Parameter, values: tupl
 @click.option('--log-prefix/--no-log-prefix', default=None,
               help="Prefix per-object messages with [namespace/name] (plain and full formats; default: yes).")
 @click.option('--log-refkey', metavar='KEY', help="The JSON key of the object's reference (default: object).")
+@click.option(C_ALLOCATOR, 'c_allocator', is_flag=True,
+              help="Start the process over with CPython's C allocator (PYTHONMALLOC=malloc), which gives the memory "
+                   "of bursts back to the system: less idle memory, some more CPU per object (see docs/install.rst).")
 @click.pass_obj
 def run(
         controls: CLIControls | None,
@@ -189,6 +199,7 @@ def run(
         log_format: str,
         log_prefix: bool | None,
         log_refkey: str | None,
+        c_allocator: bool,
 ) -> None:
     """Run the operator(s) defined in the given files and modules."""
     if not paths and not modules:
@@ -215,6 +226,10 @@ def run(
         priority = freezing.DEV_PRIORITY
     logsetup.configure(debug=debug, verbose=verbose, quiet=quiet, log_format=log_format,
                        log_prefix=log_prefix, log_refkey=log_refkey)
+    if c_allocator and allocation.current_allocator() not in (None, 'malloc', 'malloc_debug'):
+        logging.getLogger('kopf').warning(
+            "%s has no effect here (the process cannot be started over: it is embedded, traced, or frozen); "
+            "set PYTHONMALLOC=malloc in the environment that starts it instead.", C_ALLOCATOR)
     # The process is ours unless an application runs the command (e.g. KopfRunner, with its controls).
     owned = controls is None and threading.current_thread() is threading.main_thread()
     controls = controls or CLIControls()

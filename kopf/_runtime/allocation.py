@@ -20,16 +20,16 @@ process has then gone quiet.
 Most of an operator's blocks are CPython's small objects, though, and by
 default CPython keeps those in arenas of its own (1 MiB each), which go
 back to the system only when entirely free: a few long-lived objects made
-during a burst (the HTTP libraries' caches, free lists) keep most of the
-burst's arenas resident. So ``kopf run`` starts CPython over with
-``PYTHONMALLOC=malloc`` (:func:`use_c_allocator`) unless the user chose an
-allocator, and its small objects come from glibc too, and go back with the
-rest. The docs on memory have the figures of both.
+during a burst (the HTTP libraries' caches, free lists) keep some of the
+burst's arenas resident. Operators that want those back too can run CPython
+with its C allocator: ``PYTHONMALLOC=malloc`` in their environment (the
+deployment recipe), or ``kopf run --c-allocator``, which starts the process
+over with it (:func:`use_c_allocator`); it costs CPU per object and raises
+the peak a little. The docs on memory have the figures of both.
 
-Only ``kopf run`` and :func:`kopf.run` do all this, since they own the
-process (and only ``kopf run`` starts it over); an operator embedded in
-another application leaves the allocator alone. Elsewhere than with glibc,
-nothing is done.
+Only ``kopf run`` and :func:`kopf.run` trim, since they own the process; an
+operator embedded in another application leaves the allocator alone.
+Elsewhere than with glibc, nothing is done.
 """
 from __future__ import annotations
 
@@ -162,11 +162,12 @@ def restart_command(environ: Mapping[str, str]) -> tuple[str, list[str], dict[st
     """
     How to start this process over with the C allocator (program, arguments, environment); None if it should not.
 
-    It should not when the user chose an allocator (``PYTHONMALLOC`` is set,
-    e.g. to ``pymalloc`` to keep CPython's), when it has been started over
-    already, without glibc, in a frozen application, under a debugger or a
-    tracer, when CPython ignores the environment (``-E``, ``-I``), or when
-    the command cannot be repeated (code given with ``-c`` or on stdin).
+    It is asked for with ``kopf run --c-allocator``. It is not done when
+    ``PYTHONMALLOC`` is set already (the user's choice wins), when it has been
+    started over already, without glibc, in a frozen application, under a
+    debugger or a tracer, when CPython ignores the environment (``-E``,
+    ``-I``), or when the command cannot be repeated (code given with ``-c``
+    or on stdin).
     """
     if environ.get(ALLOCATOR_VARIABLE) or RESTARTED_VARIABLE in environ:  # CPython ignores it empty, too
         return None
@@ -175,6 +176,16 @@ def restart_command(environ: Mapping[str, str]) -> tuple[str, list[str], dict[st
     if sys.gettrace() is not None or not sys.executable or not os.path.isfile(sys.argv[0]):
         return None
     return sys.executable, list(sys.orig_argv), {**environ, ALLOCATOR_VARIABLE: 'malloc', RESTARTED_VARIABLE: '1'}
+
+
+def current_allocator() -> str | None:
+    """CPython's allocator of small objects (``pymalloc``, ``malloc``, ...); ``None`` where it does not say."""
+    getter = getattr(ctypes.pythonapi, '_PyMem_GetCurrentAllocatorName', None)  # CPython's own, 3.8+
+    if getter is None:
+        return None
+    getter.restype = ctypes.c_char_p
+    name = getter()
+    return name.decode() if name else None
 
 
 def use_c_allocator() -> None:

@@ -313,11 +313,12 @@ def test_replica_options_reach_the_operator(monkeypatch, tmp_path, invoke):
 
 
 @pytest.mark.parametrize('argv, starts_over', [
-    (['kopf', 'run', '--help'], True),
+    (['kopf', 'run', '--c-allocator', '--help'], True),
+    (['kopf', 'run', '--help'], False),
     (['kopf', '--help'], False),
     (['kopf', 'inspect', '--help'], False),
 ])
-def test_only_the_installed_kopf_run_considers_the_c_allocator(monkeypatch, argv, starts_over):
+def test_only_kopf_run_with_the_option_considers_the_c_allocator(monkeypatch, argv, starts_over):
     considered = []
     monkeypatch.setattr(cli.allocation, 'use_c_allocator', lambda: considered.append(True))
     monkeypatch.setattr('sys.argv', argv)

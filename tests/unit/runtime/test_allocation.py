@@ -240,28 +240,39 @@ sys.exit(0)
 """
 
 
-def run_reporting_operator(tmp_path, command, **env):
+def run_reporting_operator(tmp_path, command, args=(), **env):
     script = tmp_path / 'operator.py'
     script.write_text(OPERATOR_REPORTING_ITS_ALLOCATOR)
     marks = ('PYTHONMALLOC', 'KOPF_STARTED_WITH_MALLOC')
     environ = {key: value for key, value in os.environ.items() if key not in marks}
-    process = subprocess.Popen([*command, 'run', str(script)], env={**environ, **env},
+    process = subprocess.Popen([*command, 'run', str(script), *args], env={**environ, **env},
                                stdout=subprocess.PIPE, text=True)
     output, _ = process.communicate(timeout=60)
     return process.pid, json.loads(output.splitlines()[-1])
 
 
+def test_kopf_run_keeps_cpythons_allocator_by_default(tmp_path):
+    pid, report = run_reporting_operator(tmp_path, [sys.executable, '-m', 'kopf'])
+    assert report == {'allocator': 'pymalloc', 'pid': pid, 'variables': []}  # never started over unasked
+
+
 @pytest.mark.skipif(platform.libc_ver()[0] != 'glibc', reason="kopf run starts over only with glibc")
 @pytest.mark.parametrize('command', [[sys.executable, '-m', 'kopf'], [str(Path(sys.executable).parent / 'kopf')]],
                          ids=['python -m kopf', 'kopf'])
-def test_kopf_run_runs_operators_with_the_c_allocator_in_the_same_process(tmp_path, command):
+def test_kopf_run_with_the_option_runs_operators_with_the_c_allocator_in_the_same_process(tmp_path, command):
     if not Path(command[0]).exists():
         pytest.skip("the kopf command is not installed next to this interpreter")
-    pid, report = run_reporting_operator(tmp_path, command)
+    pid, report = run_reporting_operator(tmp_path, command, args=['--c-allocator'])
     assert report == {'allocator': 'malloc', 'pid': pid, 'variables': []}
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != 'glibc', reason="kopf run starts over only with glibc")
-def test_kopf_run_keeps_the_allocator_that_the_user_chose(tmp_path):
-    pid, report = run_reporting_operator(tmp_path, [sys.executable, '-m', 'kopf'], PYTHONMALLOC='pymalloc')
+def test_kopf_run_with_the_option_keeps_the_allocator_that_the_user_chose(tmp_path):
+    pid, report = run_reporting_operator(tmp_path, [sys.executable, '-m', 'kopf'], args=['--c-allocator'],
+                                         PYTHONMALLOC='pymalloc')
     assert report == {'allocator': 'pymalloc', 'pid': pid, 'variables': ['PYTHONMALLOC']}
+
+
+def test_the_environment_variable_alone_is_the_opt_in_of_the_deployment_recipe(tmp_path):
+    pid, report = run_reporting_operator(tmp_path, [sys.executable, '-m', 'kopf'], PYTHONMALLOC='malloc')
+    assert report == {'allocator': 'malloc', 'pid': pid, 'variables': ['PYTHONMALLOC']}  # as CPython has it
