@@ -184,16 +184,9 @@ class Indexes(Named, Protocol):
     async def ready(self) -> None: ...
 
 
-class Stage(Protocol):
-    """Something done on every event of an object, whatever its cause; may ask for a wake-up in N seconds."""
-
-    async def __call__(
-            self,
-            registry: OperatorRegistry,
-            resource: ResourceKey,
-            cause: Cause,
-            arguments: Arguments,
-    ) -> float | Holding | None: ...
+# Something done on every event of an object, whatever its cause: called with the registry, the resource,
+# the cause and the object's arguments; it may ask for a wake-up in N seconds, or hold the object's deletion.
+Stage = Callable[[OperatorRegistry, ResourceKey, Cause, Arguments], Awaitable[float | Holding | None]]
 
 
 async def run_event_handlers(

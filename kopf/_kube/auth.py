@@ -27,21 +27,8 @@ from kopf._kube.session import APIContext, Relogin, make_ssl_context
 from kopf._structs.credentials import ConnectionInfo
 from kopf._structs.typedefs import Logger
 
-__all__ = [
-    'APIContext',
-    'LoginError',
-    'configure_official_client',
-    'Relogin',
-    'login_default',
-    'login_via_async_client',
-    'login_via_client',
-    'login_via_incluster',
-    'login_via_kubeconfig',
-    'login_via_pykube',
-    'login_with_kubeconfig',
-    'login_with_service_account',
-    'make_ssl_context',
-]
+# What is not defined here, but logging in goes with: the session that uses the credentials, and its errors.
+__all__ = ['APIContext', 'LoginError', 'Relogin', 'make_ssl_context']
 
 logger = logging.getLogger(__name__)
 _module_logger = logger  # for functions whose `logger` argument shadows it

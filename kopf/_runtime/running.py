@@ -15,7 +15,9 @@ import logging
 import signal
 import threading
 from collections.abc import AsyncIterator, Callable, Collection, Coroutine
-from typing import Any
+from typing import Any, TypedDict
+
+from typing_extensions import Unpack
 
 from kopf._admission import serving
 from kopf._cycle import cycle, processing, queueing
@@ -76,34 +78,31 @@ async def _owning_the_process(main: Coroutine[Any, Any, None]) -> None:
             await trimmer
 
 
-async def operator(
-        *,
-        registry: OperatorRegistry | None = None,
-        config: OperatorConfig | None = None,
-        settings: OperatorConfig | None = None,
-        memo: Any = None,
-        namespaces: Collection[NamespaceSpec] = (),
-        namespace: NamespaceSpec | None = None,
-        clusterwide: bool = False,
-        standalone: bool = False,
-        ha: bool = False,
-        shards: bool = False,
-        peering_name: str | None = None,
-        peering_namespace: str | None = None,
-        identity: str | None = None,
-        priority: int | None = None,
-        liveness_endpoint: str | None = None,
-        stop_flag: StopFlag | None = None,
-        ready_flag: StopFlag | None = None,
-) -> None:
-    """Run the operator in the current event loop until it is stopped."""
-    tasks = await spawn_tasks(registry=registry, config=config, settings=settings, memo=memo,
-                              namespaces=namespaces, namespace=namespace, clusterwide=clusterwide,
-                              standalone=standalone, ha=ha, shards=shards, peering_name=peering_name,
-                              peering_namespace=peering_namespace, identity=identity, priority=priority,
-                              liveness_endpoint=liveness_endpoint,
-                              stop_flag=stop_flag, ready_flag=ready_flag)
-    await run_tasks(tasks)
+class OperatorOptions(TypedDict, total=False):
+    """The options of an operator: those of :func:`spawn_tasks`, which :func:`operator` passes on."""
+
+    registry: OperatorRegistry | None
+    config: OperatorConfig | None
+    settings: OperatorConfig | None
+    memo: Any
+    namespaces: Collection[NamespaceSpec]
+    namespace: NamespaceSpec | None
+    clusterwide: bool
+    standalone: bool
+    ha: bool
+    shards: bool
+    peering_name: str | None
+    peering_namespace: str | None
+    identity: str | None
+    priority: int | None
+    liveness_endpoint: str | None
+    stop_flag: StopFlag | None
+    ready_flag: StopFlag | None
+
+
+async def operator(**options: Unpack[OperatorOptions]) -> None:
+    """Run the operator in the current event loop until it is stopped; the options are :func:`spawn_tasks`'s."""
+    await run_tasks(await spawn_tasks(**options))
 
 
 async def spawn_tasks(

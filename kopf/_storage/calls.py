@@ -75,23 +75,24 @@ def each(results: Iterable[Any]) -> Steps[None]:
     return None
 
 
-class EnteredTogether:
+class Lifetime:
     """
-    The lifetime of a storage that combines others: its children are entered and exited with it.
+    A storage's lifetime: entered once when the operator starts, exited once when it stops.
 
-    Mixed into the Multi storages (before their storage base class, whose
-    own enter and exit do nothing).
+    The storages' base classes have it; the storages that prepare or release
+    something (a file, a connection) override :meth:`_enter` and
+    :meth:`_exit`. Users' storages may override the ``async with`` methods
+    themselves, as documented.
     """
 
-    storages: Collection[contextlib.AbstractAsyncContextManager[Any]]
-    _stack: contextlib.AsyncExitStack | None = None
+    async def _enter(self) -> None:
+        """Prepare what the storage needs while the operator runs: nothing by default."""
+
+    async def _exit(self) -> None:
+        """Release it: nothing by default."""
 
     async def __aenter__(self) -> Self:
-        """Enter every child in order; if one fails, those already entered are exited."""
-        async with contextlib.AsyncExitStack() as stack:
-            for storage in self.storages:
-                await stack.enter_async_context(storage)
-            self._stack = stack.pop_all()
+        await self._enter()
         return self
 
     async def __aexit__(
@@ -100,7 +101,28 @@ class EnteredTogether:
             exc_val: BaseException | None,
             exc_tb: TracebackType | None,
     ) -> None:
+        await self._exit()
+
+
+class EnteredTogether(Lifetime):
+    """
+    The lifetime of a storage that combines others: its children are entered and exited with it.
+
+    Mixed into the Multi storages (before their storage base class).
+    """
+
+    storages: Collection[contextlib.AbstractAsyncContextManager[Any]]
+    _stack: contextlib.AsyncExitStack | None = None
+
+    async def _enter(self) -> None:
+        """Enter every child in order; if one fails, those already entered are exited."""
+        async with contextlib.AsyncExitStack() as stack:
+            for storage in self.storages:
+                await stack.enter_async_context(storage)
+            self._stack = stack.pop_all()
+
+    async def _exit(self) -> None:
         """Exit the children in reverse order."""
         stack, self._stack = self._stack, None
         if stack is not None:
-            await stack.__aexit__(exc_type, exc_val, exc_tb)
+            await stack.aclose()

@@ -13,10 +13,7 @@ import copy
 import json
 import logging
 from collections.abc import Collection, Iterable, Mapping
-from types import TracebackType
 from typing import Any, TypedDict, cast
-
-from typing_extensions import Self
 
 from kopf._storage import calls, conventions, trimming
 from kopf._storage.calls import MaybeAwaitable, Steps
@@ -58,7 +55,7 @@ class BodyEssence(TypedDict, total=False):
     status: Mapping[str, Any]
 
 
-class DiffBaseStorage(abc.ABC):
+class DiffBaseStorage(calls.Lifetime, abc.ABC):
     """
     The base for diff-base storages; :meth:`build` is shared by all of them.
 
@@ -140,19 +137,6 @@ class DiffBaseStorage(abc.ABC):
         default), and ``kopf migrate`` then leaves its essence where it is.
         """
         raise NotImplementedError
-
-    async def __aenter__(self) -> Self:
-        """Entered once when the operator starts; nothing to prepare by default."""
-        return self
-
-    async def __aexit__(
-            self,
-            exc_type: type[BaseException] | None,
-            exc_val: BaseException | None,
-            exc_tb: TracebackType | None,
-    ) -> None:
-        """Exited once when the operator stops; nothing to release by default."""
-        return None
 
 
 def _is_diffbase_annotation(key: str) -> bool:

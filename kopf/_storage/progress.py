@@ -16,10 +16,7 @@ from __future__ import annotations
 import abc
 import logging
 from collections.abc import Collection, Mapping, MutableMapping
-from types import TracebackType
 from typing import Any, cast
-
-from typing_extensions import Self
 
 from kopf._storage import calls, conventions, records
 from kopf._storage.calls import MaybeAwaitable, Steps
@@ -37,7 +34,7 @@ TOUCH_DUMMY_NAME = 'touch-dummy'  # the default wake-up marker of the annotation
 KOPF_MANAGED_NAME = 'kopf-managed'  # a marker that Kopf 1.x puts on objects under non-default prefixes
 
 
-class ProgressStorage(abc.ABC):
+class ProgressStorage(calls.Lifetime, abc.ABC):
     """
     The base for all progress storages, built-in or custom.
 
@@ -115,19 +112,6 @@ class ProgressStorage(abc.ABC):
         records of the known ids only.
         """
         raise NotImplementedError
-
-    async def __aenter__(self) -> Self:
-        """Entered once when the operator starts; nothing to prepare by default."""
-        return self
-
-    async def __aexit__(
-            self,
-            exc_type: type[BaseException] | None,
-            exc_val: BaseException | None,
-            exc_tb: TracebackType | None,
-    ) -> None:
-        """Exited once when the operator stops; nothing to release by default."""
-        return None
 
 
 def strip_bookkeeping(essence: Essence) -> Essence:

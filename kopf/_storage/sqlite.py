@@ -27,10 +27,7 @@ import os
 import re
 import sqlite3
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from types import TracebackType
 from typing import TypeVar
-
-from typing_extensions import Self
 
 from kopf._storage import records
 from kopf._storage.diffbase import DiffBaseStorage, decode_essence, encode_essence
@@ -242,16 +239,10 @@ class SQLiteProgressStorage(ProgressStorage):
                    for key, value in sorted(rows.items()) if value is not None}
         return {key: record for key, record in decoded.items() if record is not None}
 
-    async def __aenter__(self) -> Self:
+    async def _enter(self) -> None:
         await self._db.open()
-        return self
 
-    async def __aexit__(
-            self,
-            exc_type: type[BaseException] | None,
-            exc_val: BaseException | None,
-            exc_tb: TracebackType | None,
-    ) -> None:
+    async def _exit(self) -> None:
         try:
             await self.flush()
         finally:
@@ -330,16 +321,10 @@ class SQLiteDiffBaseStorage(DiffBaseStorage):
     async def erase(self, *, body: Body) -> None:
         await self._db.run(functools.partial(self._delete, _Identity.of(body)))
 
-    async def __aenter__(self) -> Self:
+    async def _enter(self) -> None:
         await self._db.open()
-        return self
 
-    async def __aexit__(
-            self,
-            exc_type: type[BaseException] | None,
-            exc_val: BaseException | None,
-            exc_tb: TracebackType | None,
-    ) -> None:
+    async def _exit(self) -> None:
         await self._db.close()
 
     # In the storage's thread:

@@ -39,17 +39,21 @@ class _Unset(enum.Enum):
 _UNSET = _Unset.token
 
 
+def _identity(body: Mapping[str, Any]) -> OwnerReference:
+    """What both kinds of references say of the object: its kind and its identity."""
+    meta = body.get('metadata') or {}
+    return {'apiVersion': body.get('apiVersion', ''), 'kind': body.get('kind', ''),
+            'name': meta.get('name', ''), 'uid': meta.get('uid', '')}
+
+
 def build_object_reference(body: Mapping[str, Any]) -> ObjectReference:
     """A reference to the object, as in Events' ``involvedObject``."""
-    meta = body.get('metadata') or {}
-    ref: ObjectReference = {
-        'apiVersion': body.get('apiVersion', ''),
-        'kind': body.get('kind', ''),
-        'name': meta.get('name', ''),
-        'uid': meta.get('uid', ''),
-    }
-    if meta.get('namespace') is not None:
-        ref['namespace'] = meta['namespace']
+    identity = _identity(body)
+    ref: ObjectReference = {'apiVersion': identity['apiVersion'], 'kind': identity['kind'],
+                            'name': identity['name'], 'uid': identity['uid']}
+    namespace = (body.get('metadata') or {}).get('namespace')
+    if namespace is not None:
+        ref['namespace'] = namespace
     return ref
 
 
@@ -60,13 +64,7 @@ def build_owner_reference(
         block_owner_deletion: bool | None = True,
 ) -> OwnerReference:
     """An owner reference to the object; ``None`` flags are left out (the server's defaults apply)."""
-    meta = body.get('metadata') or {}
-    ref: OwnerReference = {
-        'apiVersion': body.get('apiVersion', ''),
-        'kind': body.get('kind', ''),
-        'name': meta.get('name', ''),
-        'uid': meta.get('uid', ''),
-    }
+    ref = _identity(body)
     if controller is not None:
         ref['controller'] = controller
     if block_owner_deletion is not None:
