@@ -72,15 +72,20 @@ class BaseHandler:
             except ValueError:
                 raise ValueError(f"errors= must be a kopf.ErrorsMode (TEMPORARY, PERMANENT or IGNORED), "
                                  f"got {self.errors!r} (for {_fn_name(self.fn)}).") from None
-        for option in ('timeout', 'backoff', 'retries'):
-            value = getattr(self, option)
-            number = int if option == 'retries' else (int, float)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, number)):
-                raise TypeError(f"{option}= must be a number{' of attempts' if option == 'retries' else ''}, "
-                                f"got {type(value).__name__}: {value!r} (for {_fn_name(self.fn)}).")
+        check_policy_types(retries=self.retries, timeout=self.timeout, backoff=self.backoff, fn=self.fn)
 
 
-def check_id(handler_id: Any, fn: Callable[..., Any] | None) -> None:
+def check_policy_types(*, retries: Any, timeout: Any, backoff: Any, fn: Callable[..., Any] | None = None) -> None:
+    """The retry policy is a whole number of attempts and numbers of seconds; refused otherwise, naming the option."""
+    where = f" (for {_fn_name(fn)})" if fn is not None else ""
+    numbers: list[tuple[str, Any, type | tuple[type, ...]]] = [
+        ('retries', retries, int), ('timeout', timeout, (int, float)), ('backoff', backoff, (int, float))]
+    for option, value, number in numbers:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, number)):
+            raise TypeError(f"{option}= must be a number, got {type(value).__name__}: {value!r}{where}.")
+
+
+def check_id(handler_id: Any, fn: Callable[..., Any]) -> None:
     """A handler id must be a non-empty string: progress is stored by it, in annotation keys."""
     if not isinstance(handler_id, str):
         raise TypeError(f"A handler's id= must be a string, got {type(handler_id).__name__}: {handler_id!r} "
@@ -120,9 +125,7 @@ def check_signature(fn: Callable[..., Any]) -> None:
             f"but handlers get keyword arguments only: make them keyword parameters.")
 
 
-def _fn_name(fn: Callable[..., Any] | None) -> str:
-    if fn is None:
-        return 'a field handler'
+def _fn_name(fn: Callable[..., Any]) -> str:
     module = getattr(fn, '__module__', None)
     name = getattr(fn, '__qualname__', None) or getattr(fn, '__name__', None)
     return f"{module}.{name}" if module and name else repr(fn)
@@ -255,18 +258,6 @@ class AdmissionHandler(ResourceHandler):
     persistent: bool = False
     side_effects: bool = False
     ignore_failures: bool = False
-
-
-def default_id(fn: Callable[..., Any]) -> str:
-    """A function's id unless given: its qualified name, which is stable across restarts."""
-    name = getattr(fn, '__qualname__', None) or getattr(fn, '__name__', None)
-    return str(name) if name else repr(fn)
-
-
-def field_id(base: str, field: dicts.FieldPath, fn: Callable[..., Any] | None = None) -> HandlerId:
-    """Field handlers are known as ``fn/spec.field``, so that one function can watch several fields."""
-    check_id(base, fn)
-    return HandlerId(f"{base}/{dicts.format_field(field)}")
 
 
 def matches(handler: ResourceHandler, *, body: Body, kwargs: Mapping[str, Any]) -> bool:
