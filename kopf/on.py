@@ -205,7 +205,7 @@ def resume(
     """
     return _resource(ChangingHandler, OperatorRegistry.register_changing_handler, resource, names, registry,
                      reason=Reason.RESUME, id=id, retries=retries, timeout=timeout, backoff=backoff, errors=errors,
-                     labels=labels, annotations=annotations, when=when, field=field, value=value, deleted=bool(deleted),
+                     labels=labels, annotations=annotations, when=when, field=field, value=value, deleted=deleted,
                      param=param)
 
 
@@ -358,8 +358,7 @@ def timer(
     return _resource(TimerHandler, OperatorRegistry.register_spawning_handler, resource, names, registry,
                      id=id, param=param, errors=errors, timeout=timeout, retries=retries, backoff=backoff,
                      labels=labels, annotations=annotations, when=when, field=field, value=value,
-                     initial_delay=initial_delay, idle=idle, interval=interval, sharp=bool(sharp), optional=optional)
-
+                     initial_delay=initial_delay, idle=idle, interval=interval, sharp=sharp, optional=optional)
 
 
 def index(
@@ -396,6 +395,7 @@ def index(
                      named_by_field=False, id=id, errors=errors, timeout=timeout, retries=retries, backoff=backoff,
                      labels=labels, annotations=annotations, when=when, field=field, value=value, param=param)
 
+
 def validate(
         *resource: ResourceArg | None,
         id: str | None = None,
@@ -424,10 +424,8 @@ def validate(
     """
     return _resource(AdmissionHandler, OperatorRegistry.register_admission_handler, resource, names, registry,
                      type=WebhookType.VALIDATING, id=id, param=param, labels=labels, annotations=annotations, when=when,
-                     field=field, value=value, subresource=subresource,
-                     operations=declaring.operations(operation=operation, operations=operations),
-                     persistent=bool(persistent), side_effects=bool(side_effects),
-                     ignore_failures=bool(ignore_failures))
+                     field=field, value=value, operation=operation, operations=operations, subresource=subresource,
+                     persistent=persistent, side_effects=side_effects, ignore_failures=ignore_failures)
 
 
 def mutate(
@@ -455,10 +453,8 @@ def mutate(
     """
     return _resource(AdmissionHandler, OperatorRegistry.register_admission_handler, resource, names, registry,
                      type=WebhookType.MUTATING, id=id, param=param, labels=labels, annotations=annotations, when=when,
-                     field=field, value=value, subresource=subresource,
-                     operations=declaring.operations(operation=operation, operations=operations),
-                     persistent=bool(persistent), side_effects=bool(side_effects),
-                     ignore_failures=bool(ignore_failures))
+                     field=field, value=value, operation=operation, operations=operations, subresource=subresource,
+                     persistent=persistent, side_effects=side_effects, ignore_failures=ignore_failures)
 
 
 def subhandler(

@@ -63,12 +63,15 @@ def prepare(
     """
     check_field_filters(field=options.get('field'), value=options.get('value'),
                         old=options.get('old'), new=options.get('new'))
+    if 'operation' in options:
+        options['operations'] = operations(operation=options.pop('operation'), operations=options.get('operations'))
     for name, value in options.items():
         check = _CHECKS.get(name)
         if check is not None:
             check(name, value)
     if 'field' in options:
         options['field'] = dicts.parse_field(options['field']) or None
+    options.update({name: bool(options[name]) for name in _FLAGS if name in options})
     return Declaration(kind, id=id, options=options, parent=parent, named_by_field=named_by_field)
 
 
@@ -140,6 +143,9 @@ def _subresource(name: str, value: Any) -> None:
     if value is not None and (not isinstance(value, str) or not value or '/' in value):
         raise ValueError(f"{name}= is a subresource's name such as 'status', or '*'; got {value!r}.")
 
+
+# The options that are flags: ``None`` (not given) is ``False``.
+_FLAGS = ('deleted', 'sharp', 'persistent', 'side_effects', 'ignore_failures')
 
 # The options checked by their names, whichever decorators have them.
 _CHECKS: dict[str, Callable[[str, Any], None]] = {
