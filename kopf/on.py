@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 
 from typing_extensions import Unpack
 
-from kopf._handlers import registries, subhandling
-from kopf._handlers.filters import MetaFilter, ValueFilter, WhenFilter, check_field_filters
+from kopf._handlers import declaring, registries, subhandling
+from kopf._handlers.filters import MetaFilter, ValueFilter, WhenFilter
 from kopf._handlers.reasons import Reason
 from kopf._handlers.registries import (
     Activity,
@@ -33,16 +33,14 @@ from kopf._handlers.registries import (
     OperatorRegistry,
     TimerHandler,
     WatchingHandler,
-    default_id,
-    field_id,
 )
 from kopf._structs import dicts
-from kopf._structs.ids import HandlerId
 from kopf._structs.resources import ResourceArg, ResourceNames, Selector
-from kopf._structs.reviews import OPERATIONS, Operation, WebhookType
+from kopf._structs.reviews import Operation, WebhookType
 from kopf.errors import ErrorsMode
 
 F = TypeVar('F', bound=Callable[..., Any])
+H = TypeVar('H', bound=registries.BaseHandler)
 Decorator = Callable[[F], F]
 
 # What the decorators return, for those who annotate them (the names of Kopf).
@@ -69,8 +67,8 @@ def startup(
         registry: OperatorRegistry | None = None,
 ) -> Decorator[F]:
     """Called once when the operator starts, before any object is handled; it may configure the operator."""
-    return _activity(Activity.STARTUP, id=id, errors=errors, timeout=timeout, retries=retries,
-                     backoff=backoff, param=param, registry=registry)
+    return _activity(Activity.STARTUP, registry, id=id, errors=errors, timeout=timeout, retries=retries,
+                     backoff=backoff, param=param)
 
 
 def cleanup(
@@ -84,8 +82,8 @@ def cleanup(
         registry: OperatorRegistry | None = None,
 ) -> Decorator[F]:
     """Called once when the operator exits."""
-    return _activity(Activity.CLEANUP, id=id, errors=errors, timeout=timeout, retries=retries,
-                     backoff=backoff, param=param, registry=registry)
+    return _activity(Activity.CLEANUP, registry, id=id, errors=errors, timeout=timeout, retries=retries,
+                     backoff=backoff, param=param)
 
 
 def login(
@@ -99,8 +97,8 @@ def login(
         registry: OperatorRegistry | None = None,
 ) -> Decorator[F]:
     """Called to get the credentials for the Kubernetes API (again when they stop working)."""
-    return _activity(Activity.LOGIN, id=id, errors=errors, timeout=timeout, retries=retries,
-                     backoff=backoff, param=param, registry=registry)
+    return _activity(Activity.LOGIN, registry, id=id, errors=errors, timeout=timeout, retries=retries,
+                     backoff=backoff, param=param)
 
 
 def probe(
@@ -120,8 +118,8 @@ def probe(
     is called once per run, without retries: a probe that raises makes the
     operator unhealthy (unless ``errors=kopf.ErrorsMode.IGNORED``).
     """
-    return _activity(Activity.PROBE, id=id, errors=errors, timeout=timeout, retries=retries,
-                     backoff=backoff, param=param, registry=registry)
+    return _activity(Activity.PROBE, registry, id=id, errors=errors, timeout=timeout, retries=retries,
+                     backoff=backoff, param=param)
 
 
 def create(
@@ -146,10 +144,9 @@ def create(
     ``field=`` with ``value=`` (default: ``kopf.PRESENT``) narrows it down to
     objects with that field's value, as do the other handlers' ``field=``.
     """
-    selector = Selector.from_args(*resource, **names)
-    return _changing(selector, Reason.CREATE, id=id, retries=retries, timeout=timeout, backoff=backoff,
-                     errors=errors, labels=labels, annotations=annotations, when=when, param=param,
-                     registry=registry, field=field, value=value)
+    return _resource(ChangingHandler, OperatorRegistry.register_changing_handler, resource, names, registry,
+                     reason=Reason.CREATE, id=id, retries=retries, timeout=timeout, backoff=backoff, errors=errors,
+                     labels=labels, annotations=annotations, when=when, field=field, value=value, param=param)
 
 
 def update(
@@ -177,10 +174,10 @@ def update(
     ``diff`` are the field's); ``value=`` narrows it down to changes from or
     to a value, ``old=``/``new=`` to changes from and to values.
     """
-    selector = Selector.from_args(*resource, **names)
-    return _changing(selector, Reason.UPDATE, id=id, retries=retries, timeout=timeout, backoff=backoff,
-                     errors=errors, labels=labels, annotations=annotations, when=when, param=param,
-                     registry=registry, field=field, value=value, old=old, new=new)
+    return _resource(ChangingHandler, OperatorRegistry.register_changing_handler, resource, names, registry,
+                     reason=Reason.UPDATE, id=id, retries=retries, timeout=timeout, backoff=backoff, errors=errors,
+                     labels=labels, annotations=annotations, when=when, field=field, value=value, old=old, new=new,
+                     param=param)
 
 
 def resume(
@@ -206,10 +203,10 @@ def resume(
     An object found being deleted is not resumed, only deleted -- unless
     ``deleted=True``: then this handler runs beside the delete handlers.
     """
-    selector = Selector.from_args(*resource, **names)
-    return _changing(selector, Reason.RESUME, id=id, retries=retries, timeout=timeout, backoff=backoff,
-                     errors=errors, labels=labels, annotations=annotations, when=when, param=param,
-                     registry=registry, field=field, value=value, deleted=deleted)
+    return _resource(ChangingHandler, OperatorRegistry.register_changing_handler, resource, names, registry,
+                     reason=Reason.RESUME, id=id, retries=retries, timeout=timeout, backoff=backoff, errors=errors,
+                     labels=labels, annotations=annotations, when=when, field=field, value=value, deleted=deleted,
+                     param=param)
 
 
 def delete(
@@ -235,10 +232,10 @@ def delete(
     With ``optional=True``, the handler does not make the operator add its
     finalizer: it runs only if the finalizer is there for other reasons.
     """
-    selector = Selector.from_args(*resource, **names)
-    return _changing(selector, Reason.DELETE, id=id, retries=retries, timeout=timeout, backoff=backoff,
-                     errors=errors, labels=labels, annotations=annotations, when=when, param=param,
-                     registry=registry, field=field, value=value, optional=optional)
+    return _resource(ChangingHandler, OperatorRegistry.register_changing_handler, resource, names, registry,
+                     reason=Reason.DELETE, id=id, retries=retries, timeout=timeout, backoff=backoff, errors=errors,
+                     labels=labels, annotations=annotations, when=when, field=field, value=value, optional=optional,
+                     param=param)
 
 
 def field(
@@ -268,10 +265,10 @@ def field(
     """
     if not dicts.parse_field(field):
         raise ValueError("A field handler needs a non-empty field=, e.g. 'spec.size'.")
-    selector = Selector.from_args(*resource, **names)
-    return _changing(selector, None, id=id, retries=retries, timeout=timeout, backoff=backoff,
-                     errors=errors, labels=labels, annotations=annotations, when=when, param=param,
-                     registry=registry, field=field, value=value, old=old, new=new)
+    return _resource(ChangingHandler, OperatorRegistry.register_changing_handler, resource, names, registry,
+                     reason=None, id=id, retries=retries, timeout=timeout, backoff=backoff, errors=errors,
+                     labels=labels, annotations=annotations, when=when, field=field, value=value, old=old, new=new,
+                     param=param)
 
 
 def event(
@@ -287,18 +284,8 @@ def event(
         **names: Unpack[ResourceNames],
 ) -> Decorator[F]:
     """Called for every watch event of an object, with ``type`` and ``event``; never retried."""
-    selector = Selector.from_args(*resource, **names)
-    check_field_filters(field=field, value=value)
-    path = dicts.parse_field(field) or None
-
-    def decorator(fn: F) -> F:
-        base = id if id is not None else default_id(fn)
-        handler = WatchingHandler(
-            fn=fn, id=field_id(base, path, fn) if path else HandlerId(base),
-            labels=labels, annotations=annotations, when=when, field=path, value=value, param=param)
-        _registry(registry).register_watching_handler(selector, handler)
-        return fn
-    return decorator
+    return _resource(WatchingHandler, OperatorRegistry.register_watching_handler, resource, names, registry,
+                     id=id, labels=labels, annotations=annotations, when=when, field=field, value=value, param=param)
 
 
 def daemon(
@@ -331,26 +318,12 @@ def daemon(
     that returns is not started again for that object; one that raises is
     retried per ``errors=``, ``backoff=``, ``retries=``, ``timeout=``.
     """
-    selector = Selector.from_args(*resource, **names)
-    _check_policy(retries=retries, timeout=timeout, backoff=backoff)
-    check_field_filters(field=field, value=value)
-    path = dicts.parse_field(field) or None
-    _check_seconds(initial_delay=initial_delay, cancellation_backoff=cancellation_backoff,
-                   cancellation_timeout=cancellation_timeout)
-    if cancellation_polling is not None and not cancellation_polling > 0:
-        raise ValueError(f"cancellation_polling= must be a positive number of seconds, got {cancellation_polling!r}.")
-
-    def decorator(fn: F) -> F:
-        base = id if id is not None else default_id(fn)  # with a field: ``fn/spec.field``, as in Kopf
-        handler = DaemonHandler(
-            fn=fn, id=field_id(base, path) if path else HandlerId(base), param=param, errors=errors,
-            timeout=timeout, retries=retries, backoff=backoff, initial_delay=initial_delay, optional=optional,
-            cancellation_backoff=cancellation_backoff, cancellation_timeout=cancellation_timeout,
-            cancellation_polling=cancellation_polling, labels=labels, annotations=annotations, when=when,
-            field=path, value=value)
-        _registry(registry).register_spawning_handler(selector, handler)
-        return fn
-    return decorator
+    return _resource(DaemonHandler, OperatorRegistry.register_spawning_handler, resource, names, registry,
+                     id=id, param=param, errors=errors, timeout=timeout, retries=retries, backoff=backoff,
+                     labels=labels, annotations=annotations, when=when, field=field, value=value,
+                     initial_delay=initial_delay, cancellation_backoff=cancellation_backoff,
+                     cancellation_timeout=cancellation_timeout, cancellation_polling=cancellation_polling,
+                     optional=optional)
 
 
 def timer(
@@ -382,25 +355,10 @@ def timer(
     ``initial_delay``: the first call not before that many seconds. Without
     an ``interval``, it is called once per object. Calls never overlap.
     """
-    selector = Selector.from_args(*resource, **names)
-    _check_policy(retries=retries, timeout=timeout, backoff=backoff)
-    check_field_filters(field=field, value=value)
-    path = dicts.parse_field(field) or None
-    _check_seconds(initial_delay=initial_delay, idle=idle)
-    if interval is not None and not interval > 0:
-        raise ValueError(f"interval= must be a positive number of seconds, got {interval!r}.")
-
-    def decorator(fn: F) -> F:
-        base = id if id is not None else default_id(fn)  # with a field: ``fn/spec.field``, as in Kopf
-        handler = TimerHandler(
-            fn=fn, id=field_id(base, path) if path else HandlerId(base), param=param, errors=errors,
-            timeout=timeout, retries=retries, backoff=backoff, initial_delay=initial_delay, optional=optional,
-            interval=interval, idle=idle, sharp=bool(sharp), labels=labels, annotations=annotations, when=when,
-            field=path, value=value)
-        _registry(registry).register_spawning_handler(selector, handler)
-        return fn
-    return decorator
-
+    return _resource(TimerHandler, OperatorRegistry.register_spawning_handler, resource, names, registry,
+                     id=id, param=param, errors=errors, timeout=timeout, retries=retries, backoff=backoff,
+                     labels=labels, annotations=annotations, when=when, field=field, value=value,
+                     initial_delay=initial_delay, idle=idle, interval=interval, sharp=sharp, optional=optional)
 
 
 def index(
@@ -432,19 +390,11 @@ def index(
     ``PERMANENT``, a failing object's values are removed and it is not
     indexed again for ``backoff=`` seconds or at all.
     """
-    selector = Selector.from_args(*resource, **names)
-    _check_policy(retries=retries, timeout=timeout, backoff=backoff)
-    check_field_filters(field=field, value=value)
-    path = dicts.parse_field(field) or None
+    # The index's name is the keyword argument of handlers: its field does not go into it.
+    return _resource(IndexingHandler, OperatorRegistry.register_indexing_handler, resource, names, registry,
+                     named_by_field=False, id=id, errors=errors, timeout=timeout, retries=retries, backoff=backoff,
+                     labels=labels, annotations=annotations, when=when, field=field, value=value, param=param)
 
-    def decorator(fn: F) -> F:
-        handler = IndexingHandler(
-            fn=fn, id=HandlerId(id if id is not None else default_id(fn)), errors=errors, timeout=timeout,
-            retries=retries, backoff=backoff, labels=labels, annotations=annotations, when=when,
-            field=path, value=value, param=param)
-        _registry(registry).register_indexing_handler(selector, handler)
-        return fn
-    return decorator
 
 def validate(
         *resource: ResourceArg | None,
@@ -472,11 +422,10 @@ def validate(
     subresource (``'*'``: any; default: the main resource only). See the
     Admission documentation for the webhook options.
     """
-    selector = Selector.from_args(*resource, **names)
-    return _admission(selector, WebhookType.VALIDATING, id=id, param=param, operation=operation,
-                      operations=operations, subresource=subresource, persistent=persistent,
-                      side_effects=side_effects, ignore_failures=ignore_failures, labels=labels,
-                      annotations=annotations, when=when, field=field, value=value, registry=registry)
+    return _resource(AdmissionHandler, OperatorRegistry.register_admission_handler, resource, names, registry,
+                     type=WebhookType.VALIDATING, id=id, param=param, labels=labels, annotations=annotations, when=when,
+                     field=field, value=value, operation=operation, operations=operations, subresource=subresource,
+                     persistent=persistent, side_effects=side_effects, ignore_failures=ignore_failures)
 
 
 def mutate(
@@ -502,11 +451,10 @@ def mutate(
 
     The options are those of :func:`validate`.
     """
-    selector = Selector.from_args(*resource, **names)
-    return _admission(selector, WebhookType.MUTATING, id=id, param=param, operation=operation,
-                      operations=operations, subresource=subresource, persistent=persistent,
-                      side_effects=side_effects, ignore_failures=ignore_failures, labels=labels,
-                      annotations=annotations, when=when, field=field, value=value, registry=registry)
+    return _resource(AdmissionHandler, OperatorRegistry.register_admission_handler, resource, names, registry,
+                     type=WebhookType.MUTATING, id=id, param=param, labels=labels, annotations=annotations, when=when,
+                     field=field, value=value, operation=operation, operations=operations, subresource=subresource,
+                     persistent=persistent, side_effects=side_effects, ignore_failures=ignore_failures)
 
 
 def subhandler(
@@ -538,141 +486,35 @@ def subhandler(
 this = subhandler
 
 
-def _registry(registry: OperatorRegistry | None) -> OperatorRegistry:
-    return registry if registry is not None else registries.get_default_registry()
+def _activity(activity: Activity, registry: OperatorRegistry | None, **options: Any) -> Decorator[F]:
+    """A decorator of an activity's handlers: the options are checked at once."""
+    declaration = declaring.declare(ActivityHandler, activity=activity, **options)
+    return _declare(registry, OperatorRegistry.register_activity_handler, declaration)
 
 
-def _check_policy(*, retries: int | None, timeout: float | None, backoff: float | None) -> None:
-    for option, value in (('retries', retries), ('timeout', timeout), ('backoff', backoff)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise TypeError(f"{option}= must be a number, got {type(value).__name__}: {value!r}.")
-    if retries is not None and retries < 1:
-        raise ValueError(f"retries= is the number of attempts and must be at least 1, got {retries}.")
-    if timeout is not None and timeout < 0:
-        raise ValueError(f"timeout= must not be negative, got {timeout}.")
-    if backoff is not None and backoff < 0:
-        raise ValueError(f"backoff= must not be negative, got {backoff}.")
-
-
-def _check_seconds(**values: float | Callable[..., float] | None) -> None:
-    for name, value in values.items():
-        if value is None or callable(value):
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-            raise ValueError(f"{name}= must be a number of seconds >= 0, got {value!r}.")
-
-
-def _activity(
-        activity: Activity,
-        *,
-        id: str | None,
-        errors: ErrorsMode | None,
-        timeout: float | None,
-        retries: int | None,
-        backoff: float | None,
-        param: Any,
+def _resource(
+        kind: type[H],
+        register: Callable[[OperatorRegistry, Selector, H], None],
+        resource: tuple[ResourceArg | None, ...],
+        names: ResourceNames,
         registry: OperatorRegistry | None,
+        *,
+        named_by_field: bool = True,
+        **options: Any,
 ) -> Decorator[F]:
-    _check_policy(retries=retries, timeout=timeout, backoff=backoff)
+    """A decorator of a resource's handlers: the resource's selector, then the options, are checked at once."""
+    selector = Selector.from_args(*resource, **names)
+    declaration = declaring.declare(kind, named_by_field=named_by_field, **options)
+    return _declare(registry, lambda target, handler: register(target, selector, handler), declaration)
 
+
+def _declare(
+        registry: OperatorRegistry | None,
+        register: Callable[[OperatorRegistry, H], None],
+        declaration: declaring.Declaration[H],
+) -> Decorator[F]:
+    """The decorator itself: it registers the function's handler and returns the function unchanged."""
     def decorator(fn: F) -> F:
-        handler = ActivityHandler(
-            fn=fn, id=HandlerId(id if id is not None else default_id(fn)), activity=activity,
-            errors=errors, timeout=timeout, retries=retries, backoff=backoff, param=param)
-        _registry(registry).register_activity_handler(handler)
+        register(registry if registry is not None else registries.get_default_registry(), declaration.handler(fn))
         return fn
     return decorator
-
-
-def _changing(
-        selector: Selector,
-        reason: Reason | None,
-        *,
-        id: str | None,
-        retries: int | None,
-        timeout: float | None,
-        backoff: float | None,
-        errors: ErrorsMode | None,
-        labels: MetaFilter | None,
-        annotations: MetaFilter | None,
-        when: WhenFilter | None,
-        param: Any,
-        registry: OperatorRegistry | None,
-        optional: bool = False,
-        field: dicts.FieldSpec | None = None,
-        value: ValueFilter = None,
-        old: ValueFilter = None,
-        new: ValueFilter = None,
-        deleted: bool = False,
-) -> Decorator[F]:
-    _check_policy(retries=retries, timeout=timeout, backoff=backoff)
-    check_field_filters(field=field, value=value, old=old, new=new)
-    path = dicts.parse_field(field) or None
-
-    def decorator(fn: F) -> F:
-        # As in Kopf, a handler with a field is known as ``fn/spec.field``: one function may watch several.
-        base = id if id is not None else default_id(fn)
-        handler = ChangingHandler(
-            fn=fn, id=field_id(base, path, fn) if path else HandlerId(base), reason=reason, field=path,
-            value=value, old=old, new=new, optional=optional, deleted=bool(deleted), errors=errors,
-            timeout=timeout, retries=retries, backoff=backoff, labels=labels, annotations=annotations, when=when,
-            param=param)
-        _registry(registry).register_changing_handler(selector, handler)
-        return fn
-    return decorator
-
-
-def _admission(
-        selector: Selector,
-        type: WebhookType,
-        *,
-        id: str | None,
-        param: Any,
-        operation: Operation | None,
-        operations: Collection[Operation] | None,
-        subresource: str | None,
-        persistent: bool | None,
-        side_effects: bool | None,
-        ignore_failures: bool | None,
-        labels: MetaFilter | None,
-        annotations: MetaFilter | None,
-        when: WhenFilter | None,
-        registry: OperatorRegistry | None,
-        field: dicts.FieldSpec | None = None,
-        value: ValueFilter = None,
-) -> Decorator[F]:
-    check_field_filters(field=field, value=value)
-    path = dicts.parse_field(field) or None
-    allowed = _operations(operation=operation, operations=operations)
-    if subresource is not None and (not isinstance(subresource, str) or not subresource or '/' in subresource):
-        raise ValueError(f"subresource= is a subresource's name such as 'status', or '*'; got {subresource!r}.")
-
-    def decorator(fn: F) -> F:
-        base = id if id is not None else default_id(fn)
-        handler = AdmissionHandler(
-            fn=fn, id=field_id(base, path, fn) if path else HandlerId(base), type=type, param=param,
-            operations=allowed, subresource=subresource, persistent=bool(persistent),
-            side_effects=bool(side_effects), ignore_failures=bool(ignore_failures),
-            labels=labels, annotations=annotations, when=when, field=path, value=value)
-        _registry(registry).register_admission_handler(selector, handler)
-        return fn
-    return decorator
-
-
-def _operations(
-        *,
-        operation: Operation | None,
-        operations: Collection[Operation] | None,
-) -> frozenset[Operation] | None:
-    """The admission operations of a handler; ``None`` for all of them."""
-    if operation is not None and operations is not None:
-        raise ValueError("Pass either operation= or operations=, not both.")
-    if isinstance(operations, str):
-        raise ValueError(f"operations= is a collection such as ['CREATE', 'UPDATE'], got a string: {operations!r}.")
-    values: list[str] = [operation] if operation is not None else list(operations or [])
-    unknown = [value for value in values if value not in OPERATIONS and value != '*']
-    if unknown:
-        raise ValueError(f"Unknown admission operation(s) {unknown!r}; use {', '.join(OPERATIONS)}.")
-    if not values or '*' in values:
-        return None
-    return frozenset(value for value in OPERATIONS if value in values)

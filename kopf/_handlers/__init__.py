@@ -3,8 +3,11 @@ Handlers: how they are declared, what they get, how one attempt is judged, and w
 
 The tour:
 
-* :mod:`.registries` keeps the declared handlers of every kind, by the
-  resources they serve; :mod:`.filters` decides which objects a handler is
+* :mod:`.registries` describes the handlers of every kind and keeps them,
+  by the resources they serve, each kind in a :mod:`.tables` table (with
+  the kind's rule against duplicates); :mod:`.declaring` is what every
+  decorator of ``kopf.on`` does with its options (checks them, makes the
+  handler and its id); :mod:`.filters` decides which objects a handler is
   interested in; :mod:`.reasons` names the causes handlers are declared for;
 * :mod:`.arguments` builds the keyword arguments of each kind of handler (as
   Kopf's), :mod:`.invocation` calls a sync or async function with them,

@@ -2,9 +2,12 @@
 Registries: which handlers exist, for which resources and causes.
 
 Handlers are immutable descriptions of the user's functions and their
-options. The :class:`OperatorRegistry` keeps them by the unresolved resource
-selector they were declared for; the glue resolves the selectors against
-the cluster and asks the registry for the handlers of each resource.
+options. The :class:`OperatorRegistry` keeps a :class:`~kopf._handlers.tables.HandlerTable`
+of each kind of handler, by the unresolved resource selector they were
+declared for (activity handlers by their activity), each table with the
+kind's rule of which handlers may not stand together; the glue resolves
+the selectors against the cluster and asks the registry for the handlers
+of each resource.
 
 A module-level default registry collects the handlers of the decorators that
 are used without ``registry=`` -- the only global mutable state of the framework
@@ -15,20 +18,19 @@ from __future__ import annotations
 import dataclasses
 import enum
 import inspect
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from kopf._handlers import filters, invocation
 from kopf._handlers.reasons import Reason
+from kopf._handlers.tables import HandlerTable
+from kopf._handlers.tables import ResourceKey as ResourceKey  # how the glue refers to resources
 from kopf._structs import dicts
 from kopf._structs.bodies import Body
 from kopf._structs.ids import HandlerId
-from kopf._structs.resources import Resource, Selector
+from kopf._structs.resources import Selector
 from kopf._structs.reviews import Operation, WebhookType
-from kopf.errors import DuplicateHandlerError, ErrorsMode, HandlerSignatureError
-
-# How the glue refers to a resource: by the declared selector, or by a resolved resource.
-ResourceKey = Selector | Resource
+from kopf.errors import ErrorsMode, HandlerSignatureError
 
 DEFAULT_BACKOFF = 60.0
 
@@ -70,15 +72,20 @@ class BaseHandler:
             except ValueError:
                 raise ValueError(f"errors= must be a kopf.ErrorsMode (TEMPORARY, PERMANENT or IGNORED), "
                                  f"got {self.errors!r} (for {_fn_name(self.fn)}).") from None
-        for option in ('timeout', 'backoff', 'retries'):
-            value = getattr(self, option)
-            number = int if option == 'retries' else (int, float)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, number)):
-                raise TypeError(f"{option}= must be a number{' of attempts' if option == 'retries' else ''}, "
-                                f"got {type(value).__name__}: {value!r} (for {_fn_name(self.fn)}).")
+        check_policy_types(retries=self.retries, timeout=self.timeout, backoff=self.backoff, fn=self.fn)
 
 
-def check_id(handler_id: Any, fn: Callable[..., Any] | None) -> None:
+def check_policy_types(*, retries: Any, timeout: Any, backoff: Any, fn: Callable[..., Any] | None = None) -> None:
+    """The retry policy is a whole number of attempts and numbers of seconds; refused otherwise, naming the option."""
+    where = f" (for {_fn_name(fn)})" if fn is not None else ""
+    numbers: list[tuple[str, Any, type | tuple[type, ...]]] = [
+        ('retries', retries, int), ('timeout', timeout, (int, float)), ('backoff', backoff, (int, float))]
+    for option, value, number in numbers:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, number)):
+            raise TypeError(f"{option}= must be a number, got {type(value).__name__}: {value!r}{where}.")
+
+
+def check_id(handler_id: Any, fn: Callable[..., Any]) -> None:
     """A handler id must be a non-empty string: progress is stored by it, in annotation keys."""
     if not isinstance(handler_id, str):
         raise TypeError(f"A handler's id= must be a string, got {type(handler_id).__name__}: {handler_id!r} "
@@ -118,9 +125,7 @@ def check_signature(fn: Callable[..., Any]) -> None:
             f"but handlers get keyword arguments only: make them keyword parameters.")
 
 
-def _fn_name(fn: Callable[..., Any] | None) -> str:
-    if fn is None:
-        return 'a field handler'
+def _fn_name(fn: Callable[..., Any]) -> str:
     module = getattr(fn, '__module__', None)
     name = getattr(fn, '__qualname__', None) or getattr(fn, '__name__', None)
     return f"{module}.{name}" if module and name else repr(fn)
@@ -255,36 +260,9 @@ class AdmissionHandler(ResourceHandler):
     ignore_failures: bool = False
 
 
-def default_id(fn: Callable[..., Any]) -> str:
-    """A function's id unless given: its qualified name, which is stable across restarts."""
-    name = getattr(fn, '__qualname__', None) or getattr(fn, '__name__', None)
-    return str(name) if name else repr(fn)
-
-
-def field_id(base: str, field: dicts.FieldPath, fn: Callable[..., Any] | None = None) -> HandlerId:
-    """Field handlers are known as ``fn/spec.field``, so that one function can watch several fields."""
-    check_id(base, fn)
-    return HandlerId(f"{base}/{dicts.format_field(field)}")
-
-
 def matches(handler: ResourceHandler, *, body: Body, kwargs: Mapping[str, Any]) -> bool:
     """Whether the handler's filters accept the object as it is; ``kwargs`` are what the filter callbacks get."""
     return filters.match(handler, body=body, kwargs=kwargs)
-
-
-def _selects(selector: Selector, resource: ResourceKey) -> bool:
-    """Whether the handlers declared for a selector apply to a served resource (or to that very selector)."""
-    if isinstance(resource, Selector):
-        return selector == resource or selector.everything
-    return selector.check(resource)
-
-
-def _memo_key(resource: ResourceKey) -> Hashable:
-    """Served resources equal by group-version-plural may still differ in the names that selectors match."""
-    if isinstance(resource, Selector):
-        return resource
-    return (resource.group, resource.version, resource.plural, resource.kind, resource.singular,
-            resource.shortcuts, resource.categories, resource.preferred)
 
 
 # Handlers that may run in the same handling cycle must have distinct ids,
@@ -306,98 +284,111 @@ def _conflicts(a: ChangingHandler, b: ChangingHandler) -> bool:
     return not (a.fn == b.fn and a.reason != b.reason)
 
 
+# The duplicate rules of the kinds of handlers: why a new handler may not stand beside a registered one.
+
+def _duplicate_activity(activity: Activity, new: ActivityHandler, other: Activity, old: ActivityHandler) -> str | None:
+    if activity != other or new.id != old.id:
+        return None
+    return (f"An {activity} handler with the id {new.id!r} is already registered ({old.fn!r}); "
+            f"pass a unique id= to {new.fn!r}.")
+
+
+def _duplicate_changing(selector: Selector, new: ChangingHandler, other: Selector, old: ChangingHandler) -> str | None:
+    if selector != other or not _conflicts(old, new):
+        return None
+    return (f"Two handlers for {selector} share the id {new.id!r} and can run for the same cause "
+            f"({_describe(old)} and {_describe(new)}); their progress would mix up. "
+            f"Pass a unique id= to one of them.")
+
+
+def _duplicate_watching(selector: Selector, new: WatchingHandler, other: Selector, old: WatchingHandler) -> str | None:
+    if selector != other or new.id != old.id:
+        return None
+    return (f"Two event handlers for {selector} share the id {new.id!r} ({old.fn!r} and {new.fn!r}); "
+            f"pass a unique id= to one of them.")
+
+
+def _duplicate_spawning(selector: Selector, new: SpawningHandler, other: Selector, old: SpawningHandler) -> str | None:
+    if selector != other or new.id != old.id:
+        return None
+    return (f"Two daemons or timers for {selector} share the id {new.id!r} ({old} {old.fn!r} and {new} {new.fn!r}); "
+            f"pass a unique id= to one of them.")
+
+
+def _duplicate_indexing(selector: Selector, new: IndexingHandler, other: Selector, old: IndexingHandler) -> str | None:
+    # The id is the keyword argument of the index in every handler: one name, one index, across resources.
+    if new.id != old.id:
+        return None
+    return (f"Two indexes are named {new.id!r} ({old.fn!r} for {other} and {new.fn!r} for {selector}); "
+            f"handlers get indexes by name. Pass a unique id= to one of them.")
+
+
+def _duplicate_admission(_: Selector, new: AdmissionHandler, __: Selector, old: AdmissionHandler) -> str | None:
+    # The id is the webhook's URL path and name: one id is one function, even across resources.
+    if new.id != old.id or (new.fn == old.fn and new.type == old.type):
+        return None
+    return (f"Two admission handlers share the id {new.id!r} ({old.type} {old.fn!r} and {new.type} {new.fn!r}); "
+            f"their webhooks would mix up. Pass a unique id= to one of them.")
+
+
+def _duplicate_subhandler(_: None, new: ChangingHandler, __: None, old: ChangingHandler) -> str | None:
+    if new.id != old.id:
+        return None
+    return f"Two sub-handlers share the id {new.id!r} ({old.fn!r} and {new.fn!r}); pass a unique id= to one of them."
+
+
+def _describe(handler: ChangingHandler) -> str:
+    kind = handler.reason.value if handler.reason is not None else 'field'
+    return f"{kind} {handler.fn!r}"
+
+
 class OperatorRegistry:
-    """All handlers of an operator: activity handlers, and resource handlers by selector."""
+    """All handlers of an operator: a table of each kind, activity handlers by activity, the others by selector."""
 
     def __init__(self) -> None:
-        self._activity: list[ActivityHandler] = []
-        self._changing: dict[Selector, list[ChangingHandler]] = {}
-        self._watching: dict[Selector, list[WatchingHandler]] = {}
-        self._admission: dict[Selector, list[AdmissionHandler]] = {}
-        self._spawning: dict[Selector, list[SpawningHandler]] = {}
-        self._indexing: dict[Selector, list[IndexingHandler]] = {}
-        self._selected: dict[tuple[int, Hashable], tuple[Any, ...]] = {}  # cleared by every registration
+        self.activity: HandlerTable[Activity, ActivityHandler] = HandlerTable(_duplicate_activity)
+        self.changing: HandlerTable[Selector, ChangingHandler] = HandlerTable(_duplicate_changing)
+        self.watching: HandlerTable[Selector, WatchingHandler] = HandlerTable(_duplicate_watching)
+        self.spawning: HandlerTable[Selector, SpawningHandler] = HandlerTable(_duplicate_spawning)
+        self.indexing: HandlerTable[Selector, IndexingHandler] = HandlerTable(_duplicate_indexing)
+        self.admission: HandlerTable[Selector, AdmissionHandler] = HandlerTable(_duplicate_admission)
 
     # Registration.
 
     def register_activity_handler(self, handler: ActivityHandler) -> None:
-        self._selected.clear()
-        for existing in self._activity:
-            if existing.activity == handler.activity and existing.id == handler.id:
-                raise DuplicateHandlerError(
-                    f"An {handler.activity} handler with the id {handler.id!r} is already registered "
-                    f"({existing.fn!r}); pass a unique id= to {handler.fn!r}.")
-        self._activity.append(handler)
+        self.activity.add(handler.activity, handler)
 
     def register_changing_handler(self, selector: Selector, handler: ChangingHandler) -> None:
-        self._selected.clear()
-        handlers = self._changing.setdefault(selector, [])
-        for existing in handlers:
-            if _conflicts(existing, handler):
-                raise DuplicateHandlerError(
-                    f"Two handlers for {selector} share the id {handler.id!r} and can run for the same "
-                    f"cause ({_describe(existing)} and {_describe(handler)}); their progress would mix up. "
-                    f"Pass a unique id= to one of them.")
-        handlers.append(handler)
+        self.changing.add(selector, handler)
 
     def register_watching_handler(self, selector: Selector, handler: WatchingHandler) -> None:
-        self._selected.clear()
-        handlers = self._watching.setdefault(selector, [])
-        for existing in handlers:
-            if existing.id == handler.id:
-                raise DuplicateHandlerError(
-                    f"Two event handlers for {selector} share the id {handler.id!r} "
-                    f"({existing.fn!r} and {handler.fn!r}); pass a unique id= to one of them.")
-        handlers.append(handler)
+        self.watching.add(selector, handler)
 
     def register_spawning_handler(self, selector: Selector, handler: SpawningHandler) -> None:
-        self._selected.clear()
-        handlers = self._spawning.setdefault(selector, [])
-        for existing in handlers:
-            if existing.id == handler.id:
-                raise DuplicateHandlerError(
-                    f"Two daemons or timers for {selector} share the id {handler.id!r} "
-                    f"({existing} {existing.fn!r} and {handler} {handler.fn!r}); pass a unique id= to one of them.")
-        handlers.append(handler)
+        self.spawning.add(selector, handler)
 
     def register_admission_handler(self, selector: Selector, handler: AdmissionHandler) -> None:
-        self._selected.clear()
-        # The id is the webhook's URL path and name: one id is one function, even across resources.
-        for _, existing in self.iter_admission_handlers():
-            if existing.id == handler.id and (existing.fn != handler.fn or existing.type != handler.type):
-                raise DuplicateHandlerError(
-                    f"Two admission handlers share the id {handler.id!r} ({existing.type} {existing.fn!r} "
-                    f"and {handler.type} {handler.fn!r}); their webhooks would mix up. "
-                    f"Pass a unique id= to one of them.")
-        self._admission.setdefault(selector, []).append(handler)
+        self.admission.add(selector, handler)
 
     def register_indexing_handler(self, selector: Selector, handler: IndexingHandler) -> None:
-        self._selected.clear()
-        # The id is the keyword argument of the index in every handler: one name, one index.
-        for other, existing in self.iter_indexing_handlers():
-            if existing.id == handler.id:
-                raise DuplicateHandlerError(
-                    f"Two indexes are named {handler.id!r} ({existing.fn!r} for {other} and {handler.fn!r} "
-                    f"for {selector}); handlers get indexes by name. Pass a unique id= to one of them.")
-        self._indexing.setdefault(selector, []).append(handler)
+        self.indexing.add(selector, handler)
 
     # Queries.
 
     @property
     def selectors(self) -> tuple[Selector, ...]:
         """All resources with handlers, in the order of their first registration."""
-        return tuple(dict.fromkeys([*self._changing, *self._watching, *self._spawning, *self._indexing]))
+        tables = (self.changing, self.watching, self.spawning, self.indexing)
+        return tuple(dict.fromkeys(selector for table in tables for selector in table.keys()))
 
     @property
     def admission_selectors(self) -> tuple[Selector, ...]:
         """All resources with admission handlers, in the order of their first registration."""
-        return tuple(self._admission)
+        return self.admission.keys()
 
     def iter_admission_handlers(self) -> Iterator[tuple[Selector, AdmissionHandler]]:
         """All admission handlers with the resources they were declared for, resource by resource."""
-        for selector, handlers in list(self._admission.items()):
-            for handler in handlers:
-                yield selector, handler
+        return iter(self.admission)
 
     def get_admission_handlers(
             self,
@@ -405,48 +396,43 @@ class OperatorRegistry:
             type: WebhookType | None = None,
     ) -> list[AdmissionHandler]:
         """The admission handlers of a resource: all, or only the validating or mutating ones."""
-        handlers = self._select(self._admission, resource)
-        return list(_unique(h for h in handlers if type is None or h.type == type))
+        return [h for h in self.admission.serving(resource) if type is None or h.type == type]
 
     def has_admission_handlers(self) -> bool:
-        return any(self._admission.values())
+        return bool(len(self.admission))
 
     def iter_indexing_handlers(self) -> Iterator[tuple[Selector, IndexingHandler]]:
         """All index functions with the resources they were declared for."""
-        for selector, handlers in list(self._indexing.items()):
-            for handler in handlers:
-                yield selector, handler
+        return iter(self.indexing)
 
     def get_indexing_handlers(self, resource: ResourceKey) -> list[IndexingHandler]:
-        return list(_unique(self._select(self._indexing, resource)))
+        return list(self.indexing.serving(resource))
 
     def get_activity_handlers(self, activity: Activity) -> list[ActivityHandler]:
-        return [handler for handler in self._activity if handler.activity == activity]
+        return self.activity.declared_for(activity)
 
     def get_watching_handlers(self, resource: ResourceKey) -> list[WatchingHandler]:
-        return list(_unique(self._select(self._watching, resource)))
+        return list(self.watching.serving(resource))
 
     def get_changing_handlers(self, resource: ResourceKey, reason: Reason) -> list[ChangingHandler]:
         """The handlers declared for one cause: create, update, delete or resume."""
-        handlers = self._select(self._changing, resource)
-        return list(_unique(h for h in handlers if h.reason == reason))
+        return [h for h in self.changing.serving(resource) if h.reason == reason]
 
     def get_field_handlers(self, resource: ResourceKey) -> list[ChangingHandler]:
-        handlers = self._select(self._changing, resource)
-        return list(_unique(h for h in handlers if h.reason is None))
+        return [h for h in self.changing.serving(resource) if h.reason is None]
 
     def get_all_changing_handlers(self, resource: ResourceKey) -> list[ChangingHandler]:
-        return list(_unique(self._select(self._changing, resource)))
+        return list(self.changing.serving(resource))
 
     def has_changing_handlers(self, resource: ResourceKey) -> bool:
-        return bool(self.get_all_changing_handlers(resource))
+        return bool(self.changing.serving(resource))
 
     def get_spawning_handlers(self, resource: ResourceKey) -> list[SpawningHandler]:
         """The daemons and timers of a resource, in their registration order."""
-        return list(_unique(self._select(self._spawning, resource)))
+        return list(self.spawning.serving(resource))
 
     def has_spawning_handlers(self, resource: ResourceKey) -> bool:
-        return bool(self.get_spawning_handlers(resource))
+        return bool(self.spawning.serving(resource))
 
     def get_extra_fields(self, resource: ResourceKey) -> list[dicts.FieldPath]:
         """
@@ -457,8 +443,7 @@ class OperatorRegistry:
         handler with ``field=``) on ``status.x`` needs ``status.x`` to be
         added explicitly.
         """
-        handlers = self.get_all_changing_handlers(resource)
-        fields = [h.field for h in handlers if h.field and h.watches_change]
+        fields = [h.field for h in self.changing.serving(resource) if h.field and h.watches_change]
         return list(dict.fromkeys(f for f in fields if f[0] not in ('spec', 'metadata')))
 
     def requires_finalizer(
@@ -482,51 +467,23 @@ class OperatorRegistry:
             if not handler.optional
         )
 
-    def _select(self, table: Mapping[Selector, list[Any]], resource: ResourceKey) -> Iterator[Any]:
-        """The handlers of every selector that selects the resource; remembered until the next registration."""
-        key = (id(table), _memo_key(resource))
-        selected = self._selected.get(key)
-        if selected is None:
-            selected = self._selected[key] = tuple(handler for selector, handlers in table.items()
-                                                   if _selects(selector, resource) for handler in handlers)
-        return iter(selected)
-
 
 class SubRegistry:
     """The sub-handlers that one parent handler registers during one invocation, in order."""
 
     def __init__(self, handlers: Iterable[ChangingHandler] = ()) -> None:
-        self._handlers: list[ChangingHandler] = []
+        self._table: HandlerTable[None, ChangingHandler] = HandlerTable(_duplicate_subhandler)
         for handler in handlers:
             self.register(handler)
 
     def register(self, handler: ChangingHandler) -> None:
-        for existing in self._handlers:
-            if existing.id == handler.id:
-                raise DuplicateHandlerError(
-                    f"Two sub-handlers share the id {handler.id!r} ({existing.fn!r} and {handler.fn!r}); "
-                    f"pass a unique id= to one of them.")
-        self._handlers.append(handler)
+        self._table.add(None, handler)
 
     def __iter__(self) -> Iterator[ChangingHandler]:
-        return iter(list(self._handlers))
+        return iter(self._table.declared_for(None))
 
     def __len__(self) -> int:
-        return len(self._handlers)
-
-
-def _unique(handlers: Iterable[Any]) -> Iterator[Any]:
-    """Drop the repeated handlers that several matching selectors may give (by identity)."""
-    seen: set[int] = set()
-    for handler in handlers:
-        if id(handler) not in seen:
-            seen.add(id(handler))
-            yield handler
-
-
-def _describe(handler: ChangingHandler) -> str:
-    kind = handler.reason.value if handler.reason is not None else 'field'
-    return f"{kind} {handler.fn!r}"
+        return len(self._table)
 
 
 _default_registry = OperatorRegistry()

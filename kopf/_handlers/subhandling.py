@@ -26,9 +26,10 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from kopf._handlers.filters import MetaFilter, ValueFilter, WhenFilter, check_field_filters
+from kopf._handlers import declaring
+from kopf._handlers.filters import MetaFilter, ValueFilter, WhenFilter
 from kopf._handlers.lifecycles import LifeCycleFn
-from kopf._handlers.registries import ChangingHandler, SubRegistry, check_id, default_id
+from kopf._handlers.registries import ChangingHandler, SubRegistry
 from kopf._structs import dicts
 from kopf._structs.ids import HandlerId
 from kopf.errors import ErrorsMode
@@ -79,27 +80,11 @@ def make_subhandler(
         *,
         context: SubhandlingContext,
         id: str | None = None,
-        errors: ErrorsMode | None = None,
-        timeout: float | None = None,
-        retries: int | None = None,
-        backoff: float | None = None,
-        param: Any = None,
-        labels: MetaFilter | None = None,
-        annotations: MetaFilter | None = None,
-        when: WhenFilter | None = None,
-        field: dicts.FieldSpec | None = None,
-        value: ValueFilter = None,
-        old: ValueFilter = None,
-        new: ValueFilter = None,
+        **options: Any,
 ) -> ChangingHandler:
-    base = id if id is not None else default_id(fn)
-    check_id(base, fn)
-    check_field_filters(field=field, value=value, old=old, new=new)
-    return ChangingHandler(
-        fn=fn, id=context.child_id(base),
-        errors=errors, timeout=timeout, retries=retries, backoff=backoff, param=param,
-        labels=labels, annotations=annotations, when=when, field=dicts.parse_field(field) or None,
-        value=value, old=old, new=new)
+    """A sub-handler of the running parent, with the options of :func:`register`; its id is ``parent/child``."""
+    declaration = declaring.prepare(ChangingHandler, id=id, parent=context.parent_id, named_by_field=False, **options)
+    return declaration.handler(fn)
 
 
 def register(

@@ -1,3 +1,4 @@
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -389,3 +390,55 @@ async def test_invalid_sub_handler_ids_are_refused():
             kopf.register(fn, id='')
     finally:
         subhandling.subhandling_context.reset(token)
+
+
+# The decorators' options are explicit, typed keyword parameters: IDEs and ``help()`` show them.
+# Each list is fixed here, so that no option is lost (or renamed, or reordered) when the code changes.
+POLICY = ['id', 'errors', 'timeout', 'retries', 'backoff', 'param']
+FILTERS = ['labels', 'annotations', 'when', 'field', 'value']
+CHANGING = ['*resource', 'id', 'retries', 'timeout', 'backoff', 'errors', *FILTERS]
+ADMISSION = ['*resource', 'id', 'param', 'operation', 'operations', 'subresource', 'persistent', 'side_effects',
+             'ignore_failures', *FILTERS, 'registry', '**names']
+SUBHANDLER = [*POLICY, *FILTERS, 'old', 'new']
+PARAMETERS = {
+    'startup': [*POLICY, 'registry'],
+    'cleanup': [*POLICY, 'registry'],
+    'login': [*POLICY, 'registry'],
+    'probe': [*POLICY, 'registry'],
+    'create': [*CHANGING, 'param', 'registry', '**names'],
+    'update': [*CHANGING, 'old', 'new', 'param', 'registry', '**names'],
+    'resume': [*CHANGING, 'deleted', 'param', 'registry', '**names'],
+    'delete': [*CHANGING, 'optional', 'param', 'registry', '**names'],
+    'field': ['*resource', 'field', 'id', 'retries', 'timeout', 'backoff', 'errors', 'labels', 'annotations', 'when',
+              'value', 'old', 'new', 'param', 'registry', '**names'],
+    'event': ['*resource', 'id', *FILTERS, 'param', 'registry', '**names'],
+    'daemon': ['*resource', 'id', 'param', 'errors', 'timeout', 'retries', 'backoff', 'initial_delay',
+               'cancellation_backoff', 'cancellation_timeout', 'cancellation_polling', *FILTERS, 'optional',
+               'registry', '**names'],
+    'timer': ['*resource', 'id', 'param', 'errors', 'timeout', 'retries', 'backoff', 'interval', 'initial_delay',
+              'sharp', 'idle', *FILTERS, 'optional', 'registry', '**names'],
+    'index': ['*resource', 'id', 'errors', 'timeout', 'retries', 'backoff', *FILTERS, 'param', 'registry', '**names'],
+    'validate': ADMISSION,
+    'mutate': ADMISSION,
+    'subhandler': SUBHANDLER,
+    'this': SUBHANDLER,
+    'register': ['fn', *SUBHANDLER],
+    'execute': ['fns', 'handlers', 'registry', 'lifecycle'],
+}
+
+
+def _listed(parameter):
+    prefix = {inspect.Parameter.VAR_POSITIONAL: '*', inspect.Parameter.VAR_KEYWORD: '**'}
+    return prefix.get(parameter.kind, '') + parameter.name
+
+
+@pytest.mark.parametrize('name, expected', PARAMETERS.items(), ids=list(PARAMETERS))
+def test_every_decorator_lists_its_options_as_typed_keyword_parameters(name, expected):
+    decorator = getattr(kopf.on, name)
+    parameters = list(inspect.signature(decorator).parameters.values())
+
+    assert inspect.isfunction(decorator)
+    assert [_listed(parameter) for parameter in parameters] == expected
+    assert all(parameter.annotation is not inspect.Parameter.empty for parameter in parameters)
+    options = [p.name for p in parameters if p.kind == inspect.Parameter.KEYWORD_ONLY]
+    assert options == [option for option in expected if not option.startswith('*') and option != 'fn']

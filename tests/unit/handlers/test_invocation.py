@@ -121,6 +121,18 @@ class FakeMonotonic:
         return self.now
 
 
+class QueueingExecutor(concurrent.futures.ThreadPoolExecutor):
+    """An executor that reports every call it is given (from the loop), so that a test can wait for them to queue."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.submitted = asyncio.Queue()
+
+    def submit(self, fn, /, *args, **kwargs):
+        self.submitted.put_nowait(fn)
+        return super().submit(fn, *args, **kwargs)
+
+
 async def test_the_stopwatch_counts_only_the_functions_own_time():
     clock = FakeMonotonic()
     release = threading.Event()
@@ -133,10 +145,11 @@ async def test_the_stopwatch_counts_only_the_functions_own_time():
         clock.now += 2
 
     stopwatch = Stopwatch(clock)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as executor:
+    with QueueingExecutor(max_workers=1) as executor:
         blocked = asyncio.get_running_loop().run_in_executor(executor, blocker)
         call = asyncio.create_task(invoke(fn, kwargs={}, executor=executor, stopwatch=stopwatch))
-        await asyncio.sleep(0.05)
+        await executor.submitted.get()  # the blocker
+        await executor.submitted.get()  # the call, queued behind the blocker for the only thread
         release.set()
         await blocked
         await call

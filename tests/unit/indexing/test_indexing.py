@@ -416,20 +416,36 @@ async def test_handlers_wait_for_the_indexes_and_get_them_by_name(registry, serv
     kopf.index('pods', id='pod_names', registry=registry)(lambda name, **_: name)
     kopf.on.create(*RESOURCE, id='c', registry=registry)(lambda **kw: calls.append(('c', kw)))
     kopf.on.event(*RESOURCE, id='e', registry=registry)(lambda **kw: calls.append(('e', kw)))
-    idx = OperatorIndexes(registry)
+    idx = WatchedIndexes(registry)
     idx.expect('pods')
     pods = Selector.from_args('pods')
     handling = asyncio.create_task(server_cycle(server, idx))
-    await asyncio.sleep(0.05)
-    assert not calls  # waiting for the pods' listing
+    await asyncio.wait_for(idx.awaited.wait(), timeout=1)
+    await asyncio.sleep(0)
+    assert not idx.passed and not calls  # waiting for the pods' listing
 
     await idx.index_event(ev(None, 'pod1'), handlers=registry.get_indexing_handlers(pods), resource=None,
                           config=OperatorConfig(), memo=None)
     idx.listed('pods')
     await asyncio.wait_for(handling, timeout=1)
+    assert idx.passed
     assert [name for name, _ in calls] == ['e', 'c']
     assert all(kwargs['pod_names'] is idx['pod_names'] for _, kwargs in calls)
     assert all(list(kwargs['pod_names'][None]) == ['pod1'] for _, kwargs in calls)
+
+
+class WatchedIndexes(OperatorIndexes):
+    """Indexes that tell when someone has started to wait for them to be ready."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.awaited = asyncio.Event()
+        self.passed = False
+
+    async def ready(self):
+        self.awaited.set()
+        await super().ready()
+        self.passed = True
 
 
 async def server_cycle(server, indexes):
