@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from kopf._kube.auth import APIContext
+from kopf._structs.clocks import SYSTEM_CLOCK, Clock
 from kopf._structs.credentials import ConnectionInfo
 
 HOST = 'fake-k8s'
@@ -39,10 +40,17 @@ def info() -> ConnectionInfo:
 
 
 @pytest.fixture()
-async def context(aresponses, info):
+def api_clock() -> Clock:
+    """The clock of the ``context`` fixture (a package's tests may give it a fake one)."""
+    return SYSTEM_CLOCK
+
+
+@pytest.fixture()
+async def context(aresponses, info, api_clock):
     """An open API context against the mock server; retries are immediate to keep tests fast."""
-    async with APIContext(info, retries=2, backoff=0, max_backoff=0) as ctx:
+    async with APIContext(info, retries=2, backoff=0, max_backoff=0, clock=api_clock) as ctx:
         yield ctx
+
 
 @pytest.fixture()
 def stream_response() -> Callable[..., Any]:

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from kopf._kube import kubeconfig
+from kopf._kube.connections import make_ssl_context
 from kopf._kube.errors import LoginError
-from kopf._kube.session import APIContext, Relogin, make_ssl_context
+from kopf._kube.session import APIContext, Relogin
 from kopf._structs.credentials import ConnectionInfo
 from kopf._structs.typedefs import Logger
 

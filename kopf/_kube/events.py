@@ -46,7 +46,7 @@ async def post_event(
     """
     log: Logger = logger if logger is not None else logging.getLogger(__name__)
     body = build_event(ref=ref, type=type, reason=reason, message=message, component=component,
-                       instance=instance, name_prefix=name_prefix)
+                       instance=instance, name_prefix=name_prefix, now=context.clock.now())
     namespace = body['metadata']['namespace']
     try:
         await context.request('POST', f'/api/v1/namespaces/{namespace}/events', json=body)
@@ -64,9 +64,10 @@ def build_event(
         component: str = COMPONENT,
         instance: str | None = None,
         name_prefix: str = NAME_PREFIX,
+        now: datetime.datetime,
 ) -> dict[str, Any]:
-    """The Event object: a new one each time (count 1), named by the prefix plus the server's suffix."""
-    now = datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')
+    """The Event of what happened ``now``: a new one each time (count 1), named by the prefix + the server's suffix."""
+    stamp = now.astimezone(datetime.timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')
     namespace = ref.get('namespace') or 'default'
     if len(message) > MAX_MESSAGE_LENGTH:
         message = message[:MAX_MESSAGE_LENGTH - 3] + '...'
@@ -86,7 +87,7 @@ def build_event(
         'source': {'component': component},
         'reportingComponent': component,
         'reportingInstance': (instance if instance is not None else socket.gethostname())[:128],
-        'firstTimestamp': now,
-        'lastTimestamp': now,
+        'firstTimestamp': stamp,
+        'lastTimestamp': stamp,
         'count': 1,
     }

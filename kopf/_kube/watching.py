@@ -44,6 +44,7 @@ from kopf._kube.fetching import list_objs
 from kopf._kube.session import APIContext
 from kopf._structs import dormancy
 from kopf._structs.bodies import object_key
+from kopf._structs.clocks import Clock
 from kopf._structs.resources import ParamValue, Resource
 from kopf._structs.typedefs import Logger, RawEvent
 
@@ -99,10 +100,11 @@ async def infinite_watch(
     established again; ``429`` waits as long as the server asks. A stream
     that stays silent longer than ``settings.inactivity_timeout`` is taken for
     a dead connection and re-opened. Other errors (e.g. 403 for missing RBAC
-    permissions) are raised, since retrying cannot fix them.
+    permissions) are raised, since retrying cannot fix them. The back-offs
+    are waited on the context's clock.
     """
     log: Logger = logger if logger is not None else logging.getLogger(__name__)
-    stopper = _Stopper(stop)
+    stopper = _Stopper(stop, clock=context.clock)
     tracker = _Tracker(log)
     delay = settings.reconnect_backoff
     where = f"{resource}" + (f" in {namespace!r}" if namespace is not None else "")
@@ -436,8 +438,9 @@ _STOPPED = _StoppedType.STOPPED
 class _Stopper:
     """Lets every wait of the watcher end early and cleanly when the stop event is set."""
 
-    def __init__(self, stop: asyncio.Event | None) -> None:
+    def __init__(self, stop: asyncio.Event | None, *, clock: Clock) -> None:
         self._stop = stop
+        self._clock = clock
 
     def is_set(self) -> bool:
         return self._stop is not None and self._stop.is_set()
@@ -465,8 +468,5 @@ class _Stopper:
         return task.result()
 
     async def sleep(self, delay: float) -> None:
-        if self._stop is None:
-            await asyncio.sleep(delay)
-        else:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), timeout=delay)
+        """Wait for ``delay`` seconds of the clock, or until stopped."""
+        await self.race(self._clock.sleep(delay))

@@ -7,11 +7,10 @@ from kopf._kube.events import post_event
 REF = {'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample', 'name': 'kex1', 'namespace': 'ns1', 'uid': 'uid-1'}
 
 
-async def test_event_body(context, aresponses, host, history):
+async def test_event_body(context, aresponses, host, history, lapse):
     aresponses.add(host, '/api/v1/namespaces/ns1/events', 'POST', {})
-    before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    lapse.advance(12.5)  # the context's clock: the event happens at its time
     await post_event(context=context, ref=REF, type='Normal', reason='Logging', message='Hello.')
-    after = datetime.datetime.now(datetime.timezone.utc)
 
     [request] = history()
     assert request.method == 'POST'
@@ -32,7 +31,7 @@ async def test_event_body(context, aresponses, host, history):
     assert re.fullmatch(r'\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ', body['firstTimestamp'])
     stamp = datetime.datetime.strptime(body['firstTimestamp'], '%Y-%m-%dT%H:%M:%SZ').replace(
         tzinfo=datetime.timezone.utc)
-    assert before <= stamp <= after
+    assert stamp == lapse.now().replace(microsecond=0)
 
 
 async def test_the_reporter_and_the_name_prefix_are_configurable(context, aresponses, host, history):

@@ -3,7 +3,7 @@ import logging
 
 import pytest
 
-from kopf._kube import fetching, session
+from kopf._kube import fetching
 from kopf._kube.errors import APIForbiddenError, APIGoneError
 from kopf._kube.fetching import list_objs, read_obj
 from kopf._structs.resources import Resource
@@ -136,13 +136,7 @@ async def test_endlessly_expiring_tokens_give_up(context, aresponses, host):
         await list_objs(context=context, resource=KEX, namespace=None, limit=1)
 
 
-async def test_a_throttled_page_is_waited_for(context, aresponses, host, history, monkeypatch):
-    delays = []
-
-    async def fake_sleep(delay):
-        delays.append(delay)
-
-    monkeypatch.setattr(session.asyncio, 'sleep', fake_sleep)
+async def test_a_throttled_page_is_waited_for(context, aresponses, host, history, lapse):
     path = '/apis/kopf.dev/v1/kopfexamples'
     aresponses.add(host, path, 'GET', page('a', token='t1'))
     aresponses.add(host, path, 'GET', aresponses.Response(
@@ -151,5 +145,5 @@ async def test_a_throttled_page_is_waited_for(context, aresponses, host, history
     aresponses.add(host, path, 'GET', page('b'))
     items, _ = await list_objs(context=context, resource=KEX, namespace=None, limit=1)
     assert [item['metadata']['name'] for item in items] == ['a', 'b']
-    assert delays == [3.0]
+    assert lapse.slept == [3.0]
     assert [r.query.get('continue') for r in history()] == [None, 't1', 't1']

@@ -1,18 +1,15 @@
-"""The API session: TLS, authentication, timeouts, keepalive, retries, 429, and re-authentication."""
+"""The API session: authentication, timeouts, retries, 429, and re-authentication, as requests see them."""
 import asyncio
 import base64
 import dataclasses
 import datetime
 import itertools
 import logging
-import socket
-import ssl
-import time
 
 import aiohttp
 import pytest
 
-from kopf._kube import session
+from kopf._kube import credentials
 from kopf._kube.errors import (
     APIConflictError,
     APIConnectionError,
@@ -24,62 +21,13 @@ from kopf._kube.errors import (
     APIUnauthorizedError,
     LoginError,
 )
-from kopf._kube.session import APIContext, make_ssl_context
+from kopf._kube.session import APIContext
 from kopf._structs.credentials import AiohttpSession, ConnectionInfo
+from tests.unit.kube.conftest import GUARD, until
 
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode('ascii')
-
-# --- TLS -----------------------------------------------------------------------------------------
-
-def test_ssl_verifies_the_server_by_default():
-    context = make_ssl_context(ConnectionInfo(server='https://k8s'))
-    assert context.verify_mode == ssl.CERT_REQUIRED
-    assert context.check_hostname is True
-
-
-def test_ssl_insecure_only_when_asked():
-    context = make_ssl_context(ConnectionInfo(server='https://k8s', insecure=True))
-    assert context.verify_mode == ssl.CERT_NONE
-    assert context.check_hostname is False
-
-
-def _ca_subjects(context):
-    return [dict(item[0] for item in cert['subject']).get('commonName') for cert in context.get_ca_certs()]
-
-
-def test_ssl_ca_from_data(tls):
-    context = make_ssl_context(ConnectionInfo(server='https://k8s', ca_data=tls.ca_cert))
-    assert _ca_subjects(context) == ['test-ca']
-
-
-def test_ssl_ca_from_file(tls, tmp_path):
-    (tmp_path / 'ca.crt').write_bytes(tls.ca_cert)
-    context = make_ssl_context(ConnectionInfo(server='https://k8s', ca_path=str(tmp_path / 'ca.crt')))
-    assert _ca_subjects(context) == ['test-ca']
-
-
-def test_ssl_client_certificate_from_files(tls, tmp_path):
-    (tmp_path / 'c.crt').write_bytes(tls.client_cert)
-    (tmp_path / 'c.key').write_bytes(tls.client_key)
-    make_ssl_context(ConnectionInfo(server='https://k8s', certificate_path=str(tmp_path / 'c.crt'),
-                                    private_key_path=str(tmp_path / 'c.key')))
-
-
-def test_ssl_client_certificate_from_data_leaves_no_files(tls, tmp_path, monkeypatch):
-    monkeypatch.setattr('tempfile.tempdir', str(tmp_path))
-    make_ssl_context(ConnectionInfo(server='https://k8s', certificate_data=tls.client_cert,
-                                    private_key_data=tls.client_key))
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_ssl_client_certificate_mismatching_key_fails(tls):
-    other_key = tls.ca_cert  # not a key at all
-    with pytest.raises(ssl.SSLError):
-        make_ssl_context(ConnectionInfo(server='https://k8s', certificate_data=tls.client_cert,
-                                        private_key_data=other_key))
-
 
 # --- API context ---------------------------------------------------------------------------------
 
@@ -188,19 +136,26 @@ async def test_request_gives_up_on_connection_errors_with_a_typed_error(context,
     assert [r.getMessage().endswith(f'(retry {n} of 2).') for n, r in enumerate(caplog.records, 1)] == [True, True]
 
 
-async def test_request_backoff_grows_and_is_capped(aresponses, host, monkeypatch):
-    delays = []
-
-    async def fake_sleep(delay):
-        delays.append(delay)
-
-    monkeypatch.setattr(session.asyncio, 'sleep', fake_sleep)
+async def test_request_backoff_grows_and_is_capped(aresponses, host, lapse):
     aresponses.add(host, '/x', 'GET', status_response(aresponses, 500, 'InternalError', 'x'), repeat=10)
     info = ConnectionInfo(server=f'http://{host}')
-    async with APIContext(info, retries=5, backoff=1.0, max_backoff=5.0) as context:
+    async with APIContext(info, retries=5, backoff=1.0, max_backoff=5.0, clock=lapse) as context:
         with pytest.raises(APIServerError):
             await context.request('GET', '/x')
-    assert delays == [1.0, 2.0, 4.0, 5.0, 5.0]
+    assert lapse.slept == [1.0, 2.0, 4.0, 5.0, 5.0]
+
+
+async def test_request_waits_on_its_clock_between_attempts(aresponses, host, history, clock):
+    aresponses.add(host, '/x', 'GET', status_response(aresponses, 503, 'ServiceUnavailable', 'busy'))
+    aresponses.add(host, '/x', 'GET', {'ok': True})
+    async with APIContext(ConnectionInfo(server=f'http://{host}'), backoffs=[7.0], clock=clock) as context:
+        request = asyncio.create_task(context.request('GET', '/x'))
+        await clock.until_sleeping()
+        assert clock.pending == [7.0]
+        assert len(history()) == 1  # the retry waits for the clock, nothing else
+        clock.advance(7.0)
+        assert await asyncio.wait_for(request, timeout=GUARD) == {'ok': True}
+    assert len(history()) == 2
 
 
 async def test_stream_yields_the_open_response(context, aresponses, host, stream_response, history):
@@ -229,36 +184,28 @@ async def test_context_requires_being_open(info):
 # --- Timeouts and keepalive -------------------------------------------------------------------------
 
 async def test_a_request_without_an_answer_times_out_and_names_the_limit(aresponses, host):
-    async def never_answers(request):
-        await asyncio.sleep(5)
+    answer = asyncio.Event()  # the server answers only after the client has given up (aiohttp's timer)
+
+    async def answers_late(request):
+        await answer.wait()
         return aresponses.Response(text='{}')
 
-    aresponses.add(host, '/x', 'GET', never_answers)
+    aresponses.add(host, '/x', 'GET', answers_late)
     info = ConnectionInfo(server=f'http://{host}')
-    started = time.monotonic()
-    async with APIContext(info, timeout=0.2, backoffs=()) as context:
-        with pytest.raises(APIConnectionError, match=r'GET http://fake-k8s/x failed after 1 attempts: '
-                                                     r'no response within 0.2s'):
-            await context.request('GET', '/x')
-    assert time.monotonic() - started < 2.0
-
-
-def test_connections_use_tcp_keepalive():
-    factory = session.keepalive_socket_factory(30)
-    sock = factory((socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, '', ('127.0.0.1', 1)))
     try:
-        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
-        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 30
-        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 10
-        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
+        async with asyncio.timeout(GUARD), APIContext(info, timeout=0.2, backoffs=()) as context:
+            with pytest.raises(APIConnectionError, match=r'GET http://fake-k8s/x failed after 1 attempts: '
+                                                         r'no response within 0.2s'):
+                await context.request('GET', '/x')
     finally:
-        sock.close()
+        answer.set()
 
 
-async def test_endless_backoffs_are_used_lazily(aresponses, host, history):
+async def test_endless_backoffs_are_used_lazily(aresponses, host, history, lapse):
     aresponses.add(host, '/x', 'GET', status_response(aresponses, 503, 'ServiceUnavailable', 'busy'), repeat=7)
     aresponses.add(host, '/x', 'GET', {'ok': True})
-    async with APIContext(ConnectionInfo(server=f'http://{host}'), backoffs=itertools.repeat(0.0)) as context:
+    async with APIContext(ConnectionInfo(server=f'http://{host}'), backoffs=itertools.repeat(0.0),
+                          clock=lapse) as context:
         assert context.retries is None
         assert await context.request('GET', '/x') == {'ok': True}
     assert len(history()) == 8
@@ -267,14 +214,9 @@ async def test_endless_backoffs_are_used_lazily(aresponses, host, history):
 # --- 429 Too Many Requests -------------------------------------------------------------------------
 
 @pytest.fixture()
-def sleeps(monkeypatch):
-    delays = []
-
-    async def fake_sleep(delay):
-        delays.append(delay)
-
-    monkeypatch.setattr(session.asyncio, 'sleep', fake_sleep)
-    return delays
+def sleeps(lapse):
+    """The waits of the ``context`` fixture and of the contexts on the ``lapse`` clock, in seconds."""
+    return lapse.slept
 
 
 def throttled(aresponses, retry_after=None):
@@ -294,10 +236,10 @@ async def test_429_waits_as_long_as_the_server_asks(context, aresponses, host, h
     assert '429 Too Many Requests); retrying in 7.00s as asked (1 of 20)' in caplog.records[0].getMessage()
 
 
-async def test_429_retry_after_is_capped(aresponses, host, sleeps):
+async def test_429_retry_after_is_capped(aresponses, host, sleeps, lapse):
     aresponses.add(host, '/x', 'GET', throttled(aresponses, retry_after=3600))
     aresponses.add(host, '/x', 'GET', {'ok': True})
-    async with APIContext(ConnectionInfo(server=f'http://{host}'), max_retry_after=30) as context:
+    async with APIContext(ConnectionInfo(server=f'http://{host}'), max_retry_after=30, clock=lapse) as context:
         await context.request('GET', '/x')
     assert sleeps == [30.0]
 
@@ -314,16 +256,18 @@ async def test_429_does_not_use_up_the_retries_of_errors(context, aresponses, ho
     aresponses.add(host, '/x', 'GET', status_response(aresponses, 500, 'InternalError', 'x'), repeat=2)
     aresponses.add(host, '/x', 'GET', {'ok': True})
     assert await context.request('GET', '/x') == {'ok': True}  # 2 retries of errors, 5 waits for throttling
+    assert sleeps == [0.0] * 7
 
 
-async def test_429_for_too_long_is_a_typed_transient_error(aresponses, host, history, sleeps):
+async def test_429_for_too_long_is_a_typed_transient_error(aresponses, host, history, sleeps, lapse):
     aresponses.add(host, '/x', 'GET', throttled(aresponses, retry_after=1), repeat=10)
-    async with APIContext(ConnectionInfo(server=f'http://{host}'), throttle_retries=3) as context:
+    async with APIContext(ConnectionInfo(server=f'http://{host}'), throttle_retries=3, clock=lapse) as context:
         with pytest.raises(APITooManyRequestsError) as excinfo:
             await context.request('GET', '/x')
     assert isinstance(excinfo.value, APIServerError)  # callers re-send it later like a 5xx
     assert excinfo.value.retry_after == 1.0
     assert len(history()) == 4
+    assert sleeps == [1.0] * 3
 
 
 # --- Re-authentication -------------------------------------------------------------------------------
@@ -334,17 +278,18 @@ def unauthorized(aresponses):
 
 
 class Relogin:
-    """A login that hands out new tokens, counting its calls."""
+    """A login that hands out new tokens, counting its calls; it finishes only once ``ready()`` is true."""
 
-    def __init__(self, host, *tokens, **extra):
+    def __init__(self, host, *tokens, ready=lambda: True, **extra):
         self.host = host
         self.tokens = list(tokens)
+        self.ready = ready
         self.extra = extra
         self.calls = 0
 
     async def __call__(self):
         self.calls += 1
-        await asyncio.sleep(0.01)
+        await until(self.ready)
         return ConnectionInfo(server=f'http://{self.host}', token=self.tokens.pop(0), **self.extra)
 
 
@@ -381,7 +326,7 @@ async def test_401_without_a_way_to_log_in_is_raised_at_once(context, aresponses
 async def test_concurrent_401s_log_in_once(aresponses, host, history):
     aresponses.add(host, '/x', 'GET', unauthorized(aresponses), repeat=3)
     aresponses.add(host, '/x', 'GET', {'ok': True}, repeat=3)
-    relogin = Relogin(host, 'new-token', 'newer-token')
+    relogin = Relogin(host, 'new-token', 'newer-token', ready=lambda: len(history()) >= 3)  # all refused by then
     async with APIContext(ConnectionInfo(server=f'http://{host}', token='old'), relogin=relogin) as context:
         results = await asyncio.gather(*[context.request('GET', '/x') for _ in range(3)])
     assert results == [{'ok': True}] * 3
@@ -411,42 +356,42 @@ async def test_401_on_a_watch_logs_in_again_too(aresponses, host, history, strea
     assert [r.headers['Authorization'] for r in history()] == ['Bearer old', 'Bearer new-token']
 
 
-async def test_expiring_credentials_are_renewed_before_a_request(aresponses, host, history):
+async def test_expiring_credentials_are_renewed_before_a_request(aresponses, host, history, clock):
     aresponses.add(host, '/x', 'GET', {'ok': True}, repeat=2)
-    soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=1)
-    later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+    soon = clock.now() + datetime.timedelta(seconds=1)
+    later = clock.now() + datetime.timedelta(hours=1)
     relogin = Relogin(host, 'fresh-token', expiration=later)
     info = ConnectionInfo(server=f'http://{host}', token='expiring', expiration=soon)
-    async with APIContext(info, relogin=relogin) as context:
+    async with APIContext(info, relogin=relogin, clock=clock) as context:
         await context.request('GET', '/x')  # still valid for 1s, renewed at 4/5 of it: 0.8s
-        await asyncio.sleep(1.0)
+        clock.advance(1.0)
         await context.request('GET', '/x')
     assert relogin.calls == 1
     assert [r.headers['Authorization'] for r in history()] == ['Bearer expiring', 'Bearer fresh-token']
 
 
-async def test_naive_expiration_times_are_utc(aresponses, host, history):
+async def test_naive_expiration_times_are_utc(aresponses, host, history, clock):
     aresponses.add(host, '/x', 'GET', {'ok': True})
-    past = datetime.datetime.utcnow() - datetime.timedelta(minutes=1)
+    past = clock.now().replace(tzinfo=None) - datetime.timedelta(minutes=1)
     relogin = Relogin(host, 'fresh-token')
     async with APIContext(ConnectionInfo(server=f'http://{host}', token='old', expiration=past),
-                          relogin=relogin) as context:
+                          relogin=relogin, clock=clock) as context:
         await context.request('GET', '/x')
     assert relogin.calls == 1
     assert history()[0].headers['Authorization'] == 'Bearer fresh-token'
 
 
-async def test_a_rotated_token_file_is_followed(aresponses, host, history, tmp_path, monkeypatch):
-    monkeypatch.setattr(session, 'TOKEN_FILE_CHECK_INTERVAL', 0)
+async def test_a_rotated_token_file_is_followed(aresponses, host, history, tmp_path, clock):
     aresponses.add(host, '/x', 'GET', {'ok': True}, repeat=2)
     token_file = tmp_path / 'token'
     token_file.write_text('first\n')
     info = ConnectionInfo(server=f'http://{host}', token='first', token_path=str(token_file))
-    async with APIContext(info) as context:
+    async with APIContext(info, clock=clock) as context:
         await context.request('GET', '/x')
         replacement = tmp_path / 'token.new'
         replacement.write_text('second\n')
         replacement.replace(token_file)  # as the kubelet does it: atomically
+        clock.advance(credentials.TOKEN_FILE_CHECK_INTERVAL)
         await context.request('GET', '/x')
     assert [r.headers['Authorization'] for r in history()] == ['Bearer first', 'Bearer second']
 
@@ -479,8 +424,6 @@ async def test_unusable_certificates_are_a_login_error(tmp_path):
     with pytest.raises(LoginError, match='TLS certificates'):
         async with APIContext(info):
             pass
-
-
 
 
 # --- a login handler's own session (kopf.AiohttpSession) -----------------------------------------

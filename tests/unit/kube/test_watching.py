@@ -5,6 +5,7 @@ import logging
 import time
 
 import pytest
+from aiohttp import web
 
 from kopf._kube.auth import APIContext
 from kopf._kube.errors import APIForbiddenError
@@ -13,6 +14,7 @@ from kopf._structs import dormancy
 from kopf._structs.credentials import ConnectionInfo
 from kopf._structs.resources import Resource
 from kopf.config import WatchingConfig
+from tests.unit.kube.conftest import GUARD, until
 
 KEX = Resource('kopf.dev', 'v1', 'kopfexamples', 'KopfExample', namespaced=True)
 PATH = '/apis/kopf.dev/v1/kopfexamples'
@@ -380,29 +382,54 @@ async def test_forbidden_is_raised_not_retried(aresponses, host, watch, history)
 
 # --- Stopping -------------------------------------------------------------------------------------
 
-async def test_stop_ends_a_hanging_watch_promptly(aresponses, host, watch, stream_response):
+def held_stream(*events, release: asyncio.Event):
+    """A watch stream that sends the events, then stays open (silent) until released."""
+    async def handler(request: web.BaseRequest) -> web.StreamResponse:
+        response = web.StreamResponse()
+        response.content_type = 'application/json'
+        await response.prepare(request)
+        for item in events:
+            await response.write(json.dumps(item).encode() + b'\n')
+        await release.wait()
+        return response
+    return handler
+
+
+async def test_stop_ends_a_hanging_watch_promptly(aresponses, host, watch):
+    release = asyncio.Event()  # the server never ends the stream while the watch runs
     aresponses.add(host, PATH, 'GET', listing(obj('a', '5'), rv='10'))
-    aresponses.add(host, PATH, 'GET', stream_response(event('ADDED', obj('b', '11')), hang=True))
+    aresponses.add(host, PATH, 'GET', held_stream(event('ADDED', obj('b', '11')), release=release))
     stop = asyncio.Event()
-    asyncio.get_running_loop().call_later(0.3, stop.set)
-    started = time.monotonic()
-    events = [e async for e in watch(stop=stop)]
+    events = []
+    try:
+        async with asyncio.timeout(GUARD):
+            async for e in watch(stop=stop):
+                events.append(e)
+                if e['type'] == 'ADDED':
+                    asyncio.get_running_loop().call_soon(stop.set)  # once the watch waits for more
+    finally:
+        release.set()
     assert summary(events) == [(None, 'a'), ('ADDED', 'b')]
-    assert time.monotonic() - started < 2.0
 
 
-async def test_stop_ends_the_back_off_sleep_promptly(aresponses, host, context, history):
+async def test_stop_ends_the_back_off_sleep_promptly(aresponses, host, history, clock):
     aresponses.add(host, PATH, 'GET', listing(rv='10'))
     aresponses.add(host, PATH, 'GET', status_response(aresponses, 500))
     stop = asyncio.Event()
-    asyncio.get_running_loop().call_later(0.3, stop.set)
     settings = WatchingConfig(reconnect_backoff=60)
-    started = time.monotonic()
-    events = [e async for e in infinite_watch(context=context, resource=KEX, namespace=None,
-                                              settings=settings, stop=stop)]
-    assert events == []
-    assert time.monotonic() - started < 2.0
+    async with APIContext(ConnectionInfo(server=f'http://{host}'), clock=clock) as context:
+        watching = asyncio.create_task(_collect(infinite_watch(context=context, resource=KEX, namespace=None,
+                                                               settings=settings, stop=stop)))
+        await clock.until_sleeping()
+        assert clock.pending == [60]
+        stop.set()
+        assert await asyncio.wait_for(watching, timeout=GUARD) == []
+    assert clock.pending == []  # the back-off has ended early: the clock has not been moved
     assert len(history()) == 2
+
+
+async def _collect(stream):
+    return [e async for e in stream]
 
 
 async def test_stop_set_in_advance_makes_no_requests(aresponses, watch, history):
@@ -448,44 +475,58 @@ async def test_a_silent_stream_is_reported_and_reopened_from_the_last_version(
     aresponses.add(host, PATH, 'GET', stream_response(event('ADDED', obj('a', '11')), hang=True))
     aresponses.add(host, PATH, 'GET', stream_response(event('MODIFIED', obj('a', '12'))))
     settings = WatchingConfig(reconnect_backoff=0.01, inactivity_timeout=0.3)
-    started = time.monotonic()
+    started = time.monotonic()  # the silence is aiohttp's read timeout, on the event loop's time
     with caplog.at_level(logging.WARNING, logger='kopf._kube.watching'):
         events = await take(infinite_watch(context=context, resource=KEX, namespace=None, settings=settings), 2)
     assert summary(events) == [('ADDED', 'a'), ('MODIFIED', 'a')]
-    assert 0.3 <= time.monotonic() - started < 3
+    assert time.monotonic() - started >= 0.3  # not reopened before the silence has lasted (a timer is never early)
     assert [q['resourceVersion'] for q in watch_queries(history)] == ['10', '11']
     assert messages(caplog) == [
         "The watch of kopfexamples.v1.kopf.dev has been silent for 0.3s, not even a bookmark: "
         "the connection is probably dead; reconnecting from resourceVersion '11' in 0.01s."]
 
 
-async def test_a_watch_request_without_an_answer_is_reported(aresponses, host, history, stream_response, caplog):
+async def test_a_watch_request_without_an_answer_is_reported(
+        aresponses, host, history, stream_response, caplog, lapse):
+    answer = asyncio.Event()  # the server answers only after the test: the client gives up by itself
+
     async def never_answers(request):
-        await asyncio.sleep(5)
+        await answer.wait()
 
     aresponses.add(host, PATH, 'GET', listing(rv='10'))
     aresponses.add(host, PATH, 'GET', never_answers)
     aresponses.add(host, PATH, 'GET', stream_response(event('ADDED', obj('a', '11'))))
     settings = WatchingConfig(reconnect_backoff=0.01, inactivity_timeout=None)
-    async with APIContext(ConnectionInfo(server=f'http://{host}'), timeout=0.3) as context:
-        with caplog.at_level(logging.WARNING, logger='kopf._kube.watching'):
-            events = await take(infinite_watch(context=context, resource=KEX, namespace=None, settings=settings), 1)
+    try:
+        async with APIContext(ConnectionInfo(server=f'http://{host}'), timeout=0.3, clock=lapse) as context:
+            with caplog.at_level(logging.WARNING, logger='kopf._kube.watching'):
+                events = await take(infinite_watch(context=context, resource=KEX, namespace=None,
+                                                   settings=settings), 1)
+    finally:
+        answer.set()
     assert summary(events) == [('ADDED', 'a')]
     assert messages(caplog) == [
         "The watch of kopfexamples.v1.kopf.dev got no answer to the watch request in time: "
         "the connection is probably dead; reconnecting from resourceVersion '10' in 0.01s."]
+    assert lapse.slept == [0.01]
 
 
-async def test_a_throttled_watch_waits_as_the_server_asks(aresponses, host, watch, history, stream_response, caplog):
+async def test_a_throttled_watch_waits_as_the_server_asks(aresponses, host, history, stream_response, caplog, clock):
     aresponses.add(host, PATH, 'GET', listing(rv='10'))
     aresponses.add(host, PATH, 'GET', aresponses.Response(
         status=429, headers={'Retry-After': '1'}, content_type='application/json',
         text='{"kind": "Status", "code": 429, "reason": "TooManyRequests", "message": "slow down"}'))
     aresponses.add(host, PATH, 'GET', stream_response(event('ADDED', obj('a', '11'))))
-    started = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger='kopf._kube.watching'):
-        assert summary(await take(watch(), 1)) == [('ADDED', 'a')]
-    assert time.monotonic() - started >= 0.95
+    settings = WatchingConfig(reconnect_backoff=0.01)
+    async with APIContext(ConnectionInfo(server=f'http://{host}'), clock=clock) as context:
+        with caplog.at_level(logging.WARNING, logger='kopf._kube.watching'):
+            watching = asyncio.create_task(take(infinite_watch(context=context, resource=KEX, namespace=None,
+                                                               settings=settings), 1))
+            await clock.until_sleeping()
+            assert clock.pending == [1.0]
+            assert len(watch_queries(history)) == 1  # not reconnected before the clock has moved
+            clock.advance(1.0)
+            assert summary(await asyncio.wait_for(watching, timeout=GUARD)) == [('ADDED', 'a')]
     assert messages(caplog) == ["The watch of kopfexamples.v1.kopf.dev is throttled by the server "
                                 "(429 Too Many Requests); reconnecting in 1.00s."]
     assert [q['resourceVersion'] for q in watch_queries(history)] == ['10', '10']
@@ -506,15 +547,15 @@ async def test_the_listing_is_paginated(aresponses, host, context, history, stre
 # --- The watch's memory, packed while quiet -------------------------------------------------------
 
 async def test_a_quiet_watch_packs_its_memory_and_still_reports_vanished_objects(monkeypatch):
-    monkeypatch.setattr(dormancy, 'QUIET', 0.05)
+    monkeypatch.setattr(dormancy, 'QUIET', 0)  # packed at the next turn of the event loop after the last use
     monkeypatch.setattr(dormancy, 'MIN_PACKED', 2)
     tracker = _Tracker(logging.getLogger('test'))
     labelled = obj('a', '5')
     labelled['metadata']['labels'] = {'app': 'x'}
     tracker.relisted([labelled, obj('b', '6'), obj('c', '7', spec={'x': 1})], '10')
     tracker.watched(event('MODIFIED', obj('b', '11')))
-    await asyncio.sleep(0.2)
-    assert tracker._known is not None and tracker._known.packed
+    assert tracker._known is not None
+    await until(lambda: tracker._known.packed)
 
     events = tracker.relisted([obj('c', '12')], '20')
     assert summary(events) == [('DELETED', 'a'), ('DELETED', 'b'), (None, 'c')]

@@ -278,7 +278,7 @@ async def test_the_api_session_takes_the_request_limit_from_the_config():
     config.networking.max_concurrent_requests = 7
     info = kopf.ConnectionInfo(server='https://k8s:6443')
     context = running._api_context(info, config=config, relogin=None)
-    assert context._request_slots._value == 7
+    assert context.slots.limit == 7
 
 
 async def test_the_api_session_takes_the_idle_connection_timeout_from_the_config():
