@@ -146,8 +146,9 @@ class PostingHandler(logging.Handler):
         type_ = 'Warning' if record.levelno >= logging.WARNING else 'Normal'
         message = record.getMessage()
         ref: Mapping[str, Any] = record.__dict__['k8s_ref']
+        reason = str(getattr(record, 'k8s_reason', 'Logging'))  # the framework's own reasons, e.g. InvalidSpec
         # Already filtered by the record's own settings or the operator's.
-        _queue(K8sEvent(ref=ref, type=type_, reason='Logging', message=message[:MAX_MESSAGE_LENGTH]))
+        _queue(K8sEvent(ref=ref, type=type_, reason=reason, message=message[:MAX_MESSAGE_LENGTH]))
 
 
 async def poster(*, queue: asyncio.Queue[K8sEvent], post: Poster) -> None:
