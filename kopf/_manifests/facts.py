@@ -1,0 +1,203 @@
+"""
+What an operator does that needs permissions, as its code, its settings and its command line tell.
+
+Everything here is read from the operator itself, not guessed from names:
+which resources its handlers watch; whether it writes into the objects (its
+storages' places, its finalizer, its handlers' results, its conditions), and
+where; whether it posts Events; its Leases, ConfigMaps, namespaces, CRDs and
+webhook configurations. The rules (:mod:`.rules`) follow from these facts.
+
+Two things are read from the handlers' functions: whether a handler returns
+a value (its result goes into ``status.<id>``) -- from the function's source,
+any ``return`` with a value; without a source, it is assumed to -- and
+whether it takes ``patch`` by name (it may write into it).
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import textwrap
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Any
+
+from kopf._handlers.reasons import Reason
+from kopf._handlers.registries import ChangingHandler, OperatorRegistry, SpawningHandler
+from kopf._storage.configmaps import ConfigMapDiffBaseStorage, ConfigMapProgressStorage
+from kopf._storage.diffbase import AnnotationsDiffBaseStorage, MultiDiffBaseStorage, StatusDiffBaseStorage
+from kopf._storage.progress import (
+    AnnotationsProgressStorage,
+    MultiProgressStorage,
+    SmartProgressStorage,
+    StatusProgressStorage,
+)
+from kopf._storage.sqlite import SQLiteDiffBaseStorage, SQLiteProgressStorage
+from kopf._structs.resources import Resource, Selector
+from kopf.config import OperatorConfig
+
+# Where a storage keeps its records.
+ANNOTATIONS, STATUS, CONFIGMAPS, OUTSIDE = 'annotations', 'status', 'configmaps', 'outside'
+
+
+@dataclasses.dataclass(frozen=True)
+class Scope:
+    """Where the operator serves: exact namespaces, or the whole cluster (also for namespace patterns)."""
+
+    namespaces: tuple[str, ...] = ()
+    patterns: bool = False  # some namespaces are patterns: they are listed and watched, and served cluster-wide
+
+    @property
+    def clusterwide(self) -> bool:
+        return not self.namespaces or self.patterns
+
+
+@dataclasses.dataclass(frozen=True)
+class Served:
+    """One resource that the handlers serve, and what the operator does with its objects."""
+
+    resource: Resource
+    watched: bool  # listed and watched (all but admission handlers)
+    writes: bool  # patched at the main endpoint
+    writes_status: bool  # patched at the /status subresource
+    rereads: bool  # read by name when a patch of the finalizer conflicts
+    posts: bool  # Events are posted about its objects
+
+
+@dataclasses.dataclass(frozen=True)
+class Facts:
+    """Everything about an operator that its permissions and its deployment follow from."""
+
+    served: tuple[Served, ...]
+    scope: Scope
+    mode: str  # standalone, ha, shards
+    lease_namespace: str
+    configmaps: tuple[str | None, ...]  # the namespaces of the ConfigMap storages (None: the objects' namespaces)
+    crd_reads: tuple[str, ...]  # the CRDs read at the start (storages that write into the status)
+    scanning: bool  # CRDs (and namespaces, with patterns) are watched while running
+    admission: Admission | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Admission:
+    """The webhook configurations the operator manages, by the types that have handlers."""
+
+    managed: str
+    types: frozenset[str]  # 'validating', 'mutating'
+    replicas: bool
+
+
+def storage_places(storage: object) -> frozenset[str]:
+    """Where a progress or diff-base storage keeps its records; a storage of the user's may write anything."""
+    if isinstance(storage, SmartProgressStorage):
+        return storage_places(storage.annotations)  # its status part only reads and cleans up old records
+    if isinstance(storage, (MultiProgressStorage, MultiDiffBaseStorage)):
+        return frozenset().union(*(storage_places(child) for child in storage.storages))
+    if isinstance(storage, (AnnotationsProgressStorage, AnnotationsDiffBaseStorage)):
+        return frozenset({ANNOTATIONS})
+    if isinstance(storage, (StatusProgressStorage, StatusDiffBaseStorage)):
+        return frozenset({STATUS})
+    if isinstance(storage, (ConfigMapProgressStorage, ConfigMapDiffBaseStorage)):
+        return frozenset({CONFIGMAPS})
+    if isinstance(storage, (SQLiteProgressStorage, SQLiteDiffBaseStorage)):
+        return frozenset({OUTSIDE})
+    return frozenset({ANNOTATIONS, STATUS})  # a storage of its own writes into the patch: anywhere
+
+
+def configmap_namespaces(*storages: object) -> tuple[str | None, ...]:
+    """The namespaces of the ConfigMap storages among these (``None``: each object's own)."""
+    found: list[str | None] = []
+    pending = list(storages)
+    while pending:
+        storage = pending.pop(0)
+        if isinstance(storage, (MultiProgressStorage, MultiDiffBaseStorage)):
+            pending.extend(storage.storages)
+        elif isinstance(storage, (ConfigMapProgressStorage, ConfigMapDiffBaseStorage)):
+            found.append(storage.namespace)
+    return tuple(dict.fromkeys(found))
+
+
+def returns_value(fn: Callable[..., Any]) -> bool:
+    """
+    Whether a handler may return a result (stored in ``status.<id>``): any ``return`` with a value.
+
+    A function whose source cannot be read (a builtin, a C function), or
+    that registers sub-handlers (whose results are stored too), may.
+    """
+    hints = getattr(fn, '__annotations__', {}) or {}
+    if 'return' in hints and hints['return'] in (None, 'None'):
+        return False
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return True
+    function = next((node for node in ast.walk(tree)
+                     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))), None)
+    if function is None:
+        return True
+    if isinstance(function, ast.Lambda):
+        return not (isinstance(function.body, ast.Constant) and function.body.value is None)
+    return any(_returns(node) or _registers(node) for node in _own_nodes(function))
+
+
+def takes_patch(fn: Callable[..., Any]) -> bool:
+    """Whether a handler takes ``patch`` by name (it may write into the object)."""
+    try:
+        return 'patch' in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _own_nodes(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterable[ast.AST]:
+    """The nodes of a function's body, not of the functions and classes defined inside it."""
+    pending: list[ast.AST] = list(function.body)
+    while pending:
+        node = pending.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            pending.extend(ast.iter_child_nodes(node))
+
+
+def _returns(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Return) and node.value is not None
+            and not (isinstance(node.value, ast.Constant) and node.value.value is None))
+
+
+def _registers(node: ast.AST) -> bool:
+    """A call of kopf.register/execute/subhandler: sub-handlers, whose results are stored as well."""
+    if not isinstance(node, ast.Call):
+        return False
+    name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, 'id', '')
+    return name in ('register', 'execute', 'subhandler', 'this')
+
+
+def serve(
+        registry: OperatorRegistry,
+        resources: Mapping[Selector, Resource],
+        config: OperatorConfig,
+) -> tuple[Served, ...]:
+    """What the operator does with each served resource (those of all but the admission handlers)."""
+    places = storage_places(config.persistence.progress_storage) | storage_places(config.persistence.diffbase_storage)
+    served: dict[Resource, Served] = {}
+    for resource in dict.fromkeys(resources.values()):
+        changing = registry.get_all_changing_handlers(resource)
+        spawning = registry.get_spawning_handlers(resource)
+        watching = registry.get_watching_handlers(resource)
+        typed = any(selector.model is not None and selector.check(resource) for selector in resources)
+        conditions = typed and any(getattr(selector.model, 'kopf_has_conditions', lambda: False)()
+                                   for selector in resources if selector.model is not None and selector.check(resource))
+        finalizer = _needs_finalizer(changing, spawning)
+        results = any(returns_value(handler.fn) for handler in changing)
+        patched = any(takes_patch(handler.fn) for handler in [*changing, *spawning, *watching])
+        status = 'status' in resource.subresources
+        object_places = places if changing else frozenset()
+        status_writes = (STATUS in object_places) or results or conditions
+        writes = bool(finalizer or patched or ANNOTATIONS in object_places or (status_writes and not status))
+        served[resource] = Served(
+            resource=resource, watched=True, writes=writes, writes_status=status and (status_writes or patched),
+            rereads=finalizer, posts=config.posting.enabled and bool(changing or spawning or watching or typed))
+    return tuple(served.values())
+
+
+def _needs_finalizer(changing: Collection[ChangingHandler], spawning: Collection[SpawningHandler]) -> bool:
+    deleting = any(handler.reason == Reason.DELETE and not handler.optional for handler in changing)
+    return deleting or any(not handler.optional for handler in spawning)
