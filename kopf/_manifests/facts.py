@@ -8,17 +8,16 @@ where; whether it posts Events; its Leases, ConfigMaps, namespaces, CRDs and
 webhook configurations. The rules (:mod:`.rules`) follow from these facts.
 
 Two things are read from the handlers' functions: whether a handler returns
-a value (its result goes into ``status.<id>``) -- from the function's source,
-any ``return`` with a value; without a source, it is assumed to -- and
-whether it takes ``patch`` by name (it may write into it).
+a value (its result goes into ``status.<id>``) -- from the function's
+bytecode, any ``return`` of something but ``None`` -- and whether it takes
+``patch`` by name (it may write into it).
 """
 from __future__ import annotations
 
-import ast
 import dataclasses
+import dis
 import inspect
-import textwrap
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from kopf._handlers.reasons import Reason
@@ -34,6 +33,9 @@ from kopf._storage.progress import (
 from kopf._storage.sqlite import SQLiteDiffBaseStorage, SQLiteProgressStorage
 from kopf._structs.resources import Resource, Selector
 from kopf.config import OperatorConfig
+
+# The names of the calls that register sub-handlers (kopf.register, kopf.execute, @kopf.subhandler).
+SUBHANDLING = frozenset({'register', 'execute', 'subhandler', 'this'})
 
 # Where a storage keeps its records.
 ANNOTATIONS, STATUS, CONFIGMAPS, OUTSIDE = 'annotations', 'status', 'configmaps', 'outside'
@@ -118,25 +120,31 @@ def configmap_namespaces(*storages: object) -> tuple[str | None, ...]:
 
 def returns_value(fn: Callable[..., Any]) -> bool:
     """
-    Whether a handler may return a result (stored in ``status.<id>``): any ``return`` with a value.
+    Whether a handler may return a result (stored in ``status.<id>``): any ``return`` of something but ``None``.
 
-    A function whose source cannot be read (a builtin, a C function), or
-    that registers sub-handlers (whose results are stored too), may.
+    Read from the function's bytecode (which every function has, also
+    lambdas and functions without a source): a return of anything but the
+    constant ``None`` counts. A callable without bytecode (a builtin, a C
+    function), or one that registers sub-handlers (their results are stored
+    too), may return one.
     """
     hints = getattr(fn, '__annotations__', {}) or {}
     if 'return' in hints and hints['return'] in (None, 'None'):
         return False
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError, IndentationError):
+    code = getattr(inspect.unwrap(fn), '__code__', None)
+    if code is None:
         return True
-    function = next((node for node in ast.walk(tree)
-                     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))), None)
-    if function is None:
+    if SUBHANDLING & set(code.co_names):
         return True
-    if isinstance(function, ast.Lambda):
-        return not (isinstance(function.body, ast.Constant) and function.body.value is None)
-    return any(_returns(node) or _registers(node) for node in _own_nodes(function))
+    instructions = list(dis.get_instructions(code))
+    for index, instruction in enumerate(instructions):
+        if instruction.opname == 'RETURN_CONST' and instruction.argval is not None:
+            return True
+        if instruction.opname == 'RETURN_VALUE':
+            before = instructions[index - 1] if index else None
+            if before is None or before.opname != 'LOAD_CONST' or before.argval is not None:
+                return True
+    return False
 
 
 def takes_patch(fn: Callable[..., Any]) -> bool:
@@ -145,29 +153,6 @@ def takes_patch(fn: Callable[..., Any]) -> bool:
         return 'patch' in inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
-
-
-def _own_nodes(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterable[ast.AST]:
-    """The nodes of a function's body, not of the functions and classes defined inside it."""
-    pending: list[ast.AST] = list(function.body)
-    while pending:
-        node = pending.pop()
-        yield node
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            pending.extend(ast.iter_child_nodes(node))
-
-
-def _returns(node: ast.AST) -> bool:
-    return (isinstance(node, ast.Return) and node.value is not None
-            and not (isinstance(node.value, ast.Constant) and node.value.value is None))
-
-
-def _registers(node: ast.AST) -> bool:
-    """A call of kopf.register/execute/subhandler: sub-handlers, whose results are stored as well."""
-    if not isinstance(node, ast.Call):
-        return False
-    name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, 'id', '')
-    return name in ('register', 'execute', 'subhandler', 'this')
 
 
 def serve(
