@@ -37,6 +37,9 @@ from kopf.config import OperatorConfig
 # The names of the calls that register sub-handlers (kopf.register, kopf.execute, @kopf.subhandler).
 SUBHANDLING = frozenset({'register', 'execute', 'subhandler', 'this'})
 
+# The functions that post Kubernetes Events explicitly (kopf.event, kopf.info, ...).
+POSTING = frozenset({'event', 'info', 'warn', 'exception'})
+
 # Where a storage keeps its records.
 ANNOTATIONS, STATUS, CONFIGMAPS, OUTSIDE = 'annotations', 'status', 'configmaps', 'outside'
 
@@ -147,6 +150,25 @@ def returns_value(fn: Callable[..., Any]) -> bool:
     return False
 
 
+def posts_events(fn: Callable[..., Any]) -> bool:
+    """Whether a handler posts Events itself: calls ``kopf.event/info/warn/exception`` (read from its bytecode)."""
+    code = getattr(inspect.unwrap(fn), '__code__', None)
+    if code is None:
+        return False
+    namespace = getattr(inspect.unwrap(fn), '__globals__', {})
+    instructions = list(dis.get_instructions(code))
+    for before, instruction in zip(instructions, instructions[1:]):
+        if (before.opname == 'LOAD_GLOBAL' and str(before.argval) == 'kopf'
+                and instruction.opname in ('LOAD_ATTR', 'LOAD_METHOD') and instruction.argval in POSTING):
+            return True
+    for instruction in instructions:
+        if instruction.opname == 'LOAD_GLOBAL' and str(instruction.argval) in POSTING:
+            target = namespace.get(str(instruction.argval))
+            if getattr(target, '__module__', '') == 'kopf._runtime.posting':
+                return True
+    return False
+
+
 def takes_patch(fn: Callable[..., Any]) -> bool:
     """Whether a handler takes ``patch`` by name (it may write into the object)."""
     try:
@@ -172,14 +194,17 @@ def serve(
                                    for selector in resources if selector.model is not None and selector.check(resource))
         finalizer = _needs_finalizer(changing, spawning)
         results = any(returns_value(handler.fn) for handler in changing)
-        patched = any(takes_patch(handler.fn) for handler in [*changing, *spawning, *watching])
+        patched = any(takes_patch(handler.fn) for handler in [*changing, *spawning, *watching])  # may write
         status = 'status' in resource.subresources
         object_places = places if changing else frozenset()
         status_writes = (STATUS in object_places) or results or conditions
         writes = bool(finalizer or patched or ANNOTATIONS in object_places or (status_writes and not status))
+        handlers = [*changing, *spawning, *watching]
+        logged = config.posting.loggers and bool(handlers)  # every handler's success and failure is logged
+        posts = config.posting.enabled and (logged or typed or any(posts_events(h.fn) for h in handlers))
         served[resource] = Served(
             resource=resource, watched=True, writes=writes, writes_status=status and (status_writes or patched),
-            rereads=finalizer, posts=config.posting.enabled and bool(changing or spawning or watching or typed))
+            rereads=finalizer, posts=posts)
     return tuple(served.values())
 
 

@@ -149,7 +149,9 @@ FEATURES: tuple[Feature, ...] = (
     Feature('watching', "Handlers of a resource: list and watch its objects.", _watching),
     Feature('writing', "Progress, last handled state, finalizers (the main endpoint); results, status storages "
                        "and conditions (the status subresource, if the resource has one).", _writing),
-    Feature('posting', "Kubernetes Events about the objects (unless config.posting.enabled is off).", _posting),
+    Feature('posting', "Kubernetes Events about the objects: the handlers' own (kopf.event, info, warn, exception), "
+                       "the invalid specs of typed resources, all object logs with config.posting.loggers.",
+            _posting),
     Feature('leases', "--ha and --shards: the replicas' Leases, in the Leases' namespace.", _leases),
     Feature('configmaps', "The ConfigMap storages: one ConfigMap per object.", _configmaps),
     Feature('namespaces', "Namespace patterns (-n 'app-*'): the namespaces, listed and watched.", _namespaces),

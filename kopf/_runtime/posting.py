@@ -127,6 +127,9 @@ class PostingHandler(logging.Handler):
     """
     Turns per-object log records into queued Events, if ``settings.posting.loggers`` is on.
 
+    Records with a ``k8s_reason`` are the framework's own Events (as if by
+    ``kopf.warn``): they are posted whether ``loggers`` is on or not.
+
     The records' own settings (of a ``kopf.ObjectLogger(settings=...)``) win
     over the operator's; records of a ``kopf.LocalObjectLogger`` are never posted.
     """
@@ -140,7 +143,8 @@ class PostingHandler(logging.Handler):
             return False
         own = getattr(record, 'k8s_settings', None)
         settings = own.posting if own is not None else self._settings()
-        return bool(settings.loggers) and accepts(settings, record.levelno)
+        explicit = getattr(record, 'k8s_reason', None) is not None  # the framework's own Events, e.g. InvalidSpec
+        return (explicit or bool(settings.loggers)) and accepts(settings, record.levelno)
 
     def emit(self, record: logging.LogRecord) -> None:
         type_ = 'Warning' if record.levelno >= logging.WARNING else 'Normal'

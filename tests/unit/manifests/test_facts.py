@@ -92,7 +92,7 @@ def test_changing_handlers_write_their_progress_into_the_objects(registry, confi
     kopf.on.create(*SELECTOR, registry=registry)(returns_nothing)
     served = serve(registry, config)
     assert (served.watched, served.writes, served.writes_status, served.rereads, served.posts) == (
-        True, True, False, False, True)
+        True, True, False, False, False)  # no events: the handlers post none, the logs are not posted
 
 
 def test_results_go_to_the_status_subresource_or_to_the_main_endpoint(registry, config):
@@ -142,9 +142,31 @@ def test_the_status_storage_writes_into_the_status(registry, config):
     assert serve(registry, config).writes_status
 
 
+def posting(body, **_):
+    kopf.info(body, reason='Done', message='done')
+
+
+def logging_only(logger, **_):
+    logger.info("kopf.info is not called here")
+
+
+@pytest.mark.parametrize('fn, expected', [(posting, True), (logging_only, False), (returns_nothing, False)])
+def test_whether_a_handler_posts_events(fn, expected):
+    assert facts.posts_events(fn) is expected
+
+
+def test_events_when_handlers_post_them_or_logs_are_posted(registry, config):
+    kopf.on.create(*SELECTOR, registry=registry)(posting)
+    assert serve(registry, config).posts
+    other = kopf.OperatorRegistry()
+    kopf.on.create(*SELECTOR, registry=other)(returns_nothing)
+    config.posting.loggers = True
+    assert serve(other, config).posts
+
+
 def test_no_events_when_posting_is_off(registry, config):
     config.posting.enabled = False
-    kopf.on.create(*SELECTOR, registry=registry)(returns_nothing)
+    kopf.on.create(*SELECTOR, registry=registry)(posting)
     assert not serve(registry, config).posts
 
 
