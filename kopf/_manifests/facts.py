@@ -189,9 +189,11 @@ def serve(
         changing = registry.get_all_changing_handlers(resource)
         spawning = registry.get_spawning_handlers(resource)
         watching = registry.get_watching_handlers(resource)
-        typed = any(selector.model is not None and selector.check(resource) for selector in resources)
-        conditions = typed and any(getattr(selector.model, 'kopf_has_conditions', lambda: False)()
-                                   for selector in resources if selector.model is not None and selector.check(resource))
+        models = [selector.model for selector in resources if selector.model is not None and selector.check(resource)]
+        # The gate of a typed resource reports invalid specs (an Event, a condition): only its own validators'
+        # verdicts reach it, as the server refuses what the generated CRD's schema refuses.
+        typed = any(getattr(model, 'kopf_checks_more', lambda: True)() for model in models)
+        conditions = typed and any(getattr(model, 'kopf_has_conditions', lambda: False)() for model in models)
         finalizer = _needs_finalizer(changing, spawning)
         results = any(returns_value(handler.fn) for handler in changing)
         patched = any(takes_patch(handler.fn) for handler in [*changing, *spawning, *watching])  # may write

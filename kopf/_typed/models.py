@@ -161,6 +161,18 @@ class CustomResource(pydantic.BaseModel):
         return gate.Validation(valid=True, spec=getattr(validated, 'spec', None))
 
     @classmethod
+    def kopf_checks_more(cls) -> bool:
+        """
+        Whether the content's models check more than their schema can say: validators of their own.
+
+        The server refuses what the CRD's schema refuses; only what a
+        validator (``@field_validator``, ``@model_validator``, ``AfterValidator``
+        and the like) refuses on top of it reaches the operator as invalid.
+        """
+        return any(_validates(field.annotation, field.metadata, seen=set())
+                   for name, field in cls.model_fields.items() if (field.alias or name) in cls.kopf_content_fields())
+
+    @classmethod
     def kopf_has_conditions(cls) -> bool:
         """Whether the status model has ``conditions`` (then the gate writes its condition there)."""
         field = cls.model_fields.get('status')
@@ -245,6 +257,25 @@ def _content_model(cls: type[CustomResource]) -> type[pydantic.BaseModel]:
             extra='ignore', populate_by_name=True), **fields)
         setattr(cls, '__kopf_content_model__', made)
     return made  # type: ignore[no-any-return]
+
+
+def _validates(annotation: Any, metadata: Sequence[Any], *, seen: set[type]) -> bool:
+    """Whether a field's type (or the models in it, deeply) has validators of its own."""
+    validators = (pydantic.functional_validators.AfterValidator, pydantic.functional_validators.BeforeValidator,
+                  pydantic.functional_validators.PlainValidator, pydantic.functional_validators.WrapValidator)
+    if any(isinstance(item, validators) for item in metadata):
+        return True
+    for arg in _flatten(annotation):
+        if any(isinstance(item, validators) for item in getattr(arg, '__metadata__', ())):
+            return True
+        if isinstance(arg, type) and issubclass(arg, pydantic.BaseModel) and arg not in seen:
+            seen.add(arg)
+            decorators = arg.__pydantic_decorators__
+            if decorators.field_validators or decorators.model_validators or decorators.validators:
+                return True
+            if any(_validates(field.annotation, field.metadata, seen=seen) for field in arg.model_fields.values()):
+                return True
+    return False
 
 
 def _flatten(annotation: Any) -> Iterator[Any]:

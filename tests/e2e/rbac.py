@@ -136,8 +136,8 @@ class Context:
 
     # The objects of the scenarios.
 
-    def widget(self, name: str, *, size: int = 1, labels: dict[str, str] | None = None) -> Any:
-        body = {'apiVersion': 'rbac.e2e.kopf.dev/v1', 'kind': 'Widget', 'spec': {'size': size},
+    def widget(self, name: str, *, size: int = 1, shape: str = 'round', labels: dict[str, str] | None = None) -> Any:
+        body = {'apiVersion': 'rbac.e2e.kopf.dev/v1', 'kind': 'Widget', 'spec': {'size': size, 'shape': shape},
                 'metadata': {'name': name, 'labels': labels or {}}}
         return self.kube.create(f'{WIDGETS}/namespaces/{self.namespace}/widgets', body)
 

@@ -11,6 +11,13 @@ class WidgetSpec(pydantic.BaseModel):
     shape: str = pydantic.Field('round', pattern='^(round|square)$')
     labels: dict[str, str] = {}
 
+    @pydantic.model_validator(mode='after')
+    def even_squares(self) -> 'WidgetSpec':
+        """A rule that no schema can say: the server lets it through, the operator's model does not."""
+        if self.shape == 'square' and self.size % 2:
+            raise ValueError("a square widget has an even size")
+        return self
+
 
 class Extras(pydantic.BaseModel):
     """A part of the spec that keeps whatever it is given."""

@@ -174,16 +174,38 @@ class Spec(pydantic.BaseModel):
     image: str
 
 
+class CheckedSpec(pydantic.BaseModel):
+    image: str
+
+    @pydantic.field_validator('image')
+    @classmethod
+    def tagged(cls, value: str) -> str:
+        if ':' not in value:
+            raise ValueError("an image needs a tag")
+        return value
+
+
 class Status(pydantic.BaseModel):
     conditions: list[Condition] = []
 
 
 class WithConditions(CustomResource, group='example.com', version='v1', plural='apps'):
+    spec: CheckedSpec
+    status: Status = Status()
+
+
+class SchemaOnly(CustomResource, group='example.com', version='v1', kind='SchemaOnly', plural='apps'):
     spec: Spec
     status: Status = Status()
 
 
-def test_a_typed_resource_with_conditions_writes_its_status(registry, config):
+def test_a_typed_resource_with_validators_reports_invalid_specs_in_its_status_and_events(registry, config):
     kopf.on.create(WithConditions, registry=registry)(returns_nothing)
     served = serve(registry, config, selector=WithConditions.__kopf_selector__)
     assert served.writes_status and served.posts
+
+
+def test_a_typed_resource_that_its_schema_checks_fully_never_reports(registry, config):
+    kopf.on.create(SchemaOnly, registry=registry)(returns_nothing)
+    served = serve(registry, config, selector=SchemaOnly.__kopf_selector__)
+    assert not served.writes_status and not served.posts  # the server refuses all that the model would
