@@ -485,6 +485,8 @@ def _operator_registry(paths: Sequence[str], modules: Sequence[str]) -> Operator
 @click.option('--operator-namespace', help="Where the operator runs (default: the served namespace, else 'default').")
 @click.option('--name', help="The name of the operator's objects (default: from its file or module).")
 @click.option('--image', help="The operator's image (default: NAME:latest).")
+@click.option('--framework', metavar='REQUIREMENT',
+              help="How the Dockerfile installs kopf: a pip requirement (default: a wheel beside the Dockerfile).")
 @click.option('-o', '--output', 'output_dir', type=click.Path(file_okay=False),
               help="Write the parts into this folder (crds.yaml, rbac.yaml, deployment.yaml, Dockerfile).")
 @click.option('--only', 'parts', multiple=True, type=click.Choice(['crds', 'rbac', 'deployment', 'dockerfile']),
@@ -502,6 +504,7 @@ def manifests(
         operator_namespace: str | None,
         name: str | None,
         image: str | None,
+        framework: str | None,
         output_dir: str | None,
         parts: tuple[str, ...],
 ) -> None:
@@ -517,7 +520,8 @@ def manifests(
     request = building.Request(paths=paths, modules=modules, namespaces=namespaces,
                                mode='ha' if ha else 'shards' if shards else None, replicas=replicas,
                                liveness=liveness_endpoint, lease_namespace=lease_namespace,
-                               operator_namespace=operator_namespace, name=name, image=image)
+                               operator_namespace=operator_namespace, name=name, image=image,
+                               framework=framework)
     try:
         built = asyncio.run(building.build(request, get_default_registry()))
     except (building.ManifestError, ActivityError) as e:

@@ -19,8 +19,8 @@ from typing import Any
 import yaml
 
 from kopf._handlers.registries import OperatorRegistry
-from kopf._kube.errors import APIConnectionError, APIError, describe_api_failure
 from kopf._kube.auth import LoginError
+from kopf._kube.errors import APIConnectionError, APIError, describe_api_failure
 from kopf._manifests import deployment, facts, rules
 from kopf._runtime import observation
 from kopf._storage import schemas as storage_schemas
@@ -51,6 +51,7 @@ class Request:
     operator_namespace: str | None = None
     name: str | None = None
     image: str | None = None
+    framework: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +100,8 @@ async def build(request: Request, registry: OperatorRegistry) -> Manifests:
         name=name, namespace=operator_namespace, image=request.image or f"{name}:latest",
         paths=tuple(Path(path).name for path in request.paths), modules=request.modules,
         namespaces=request.namespaces, mode=mode, replicas=request.replicas, liveness=request.liveness,
-        webhook_port=_webhook_port(registry, config), requirement=_requirement(classes, registry, config))
+        webhook_port=_webhook_port(registry, config), extras=_extras(classes, registry, config),
+        framework=request.framework)
     deployed = [deployment.service_account(options)]
     rbac = rules.roles(derived, facts=operator_facts, subject=subject)
     running = [obj for obj in (deployment.deployment(options), deployment.disruption_budget(options),
@@ -215,13 +217,13 @@ def _webhook_port(registry: OperatorRegistry, config: OperatorConfig) -> int | N
     return port if registry.has_admission_handlers() and isinstance(port, int) else None
 
 
-def _requirement(classes: Sequence[Any], registry: OperatorRegistry, config: OperatorConfig) -> str:
-    """The framework with the extras the operator uses: typed resources, self-signed webhook certificates."""
+def _extras(classes: Sequence[Any], registry: OperatorRegistry, config: OperatorConfig) -> tuple[str, ...]:
+    """The framework's extras that the operator uses: typed resources, self-signed webhook certificates."""
     extras = ['typed'] if classes else []
     server = config.admission.server
     if registry.has_admission_handlers() and server is not None and getattr(server, 'certfile', True) is None:
         extras.append('webhooks')
-    return f"kopf[{','.join(extras)}]" if extras else 'kopf'
+    return tuple(extras)
 
 
 def default_name(paths: Sequence[str], modules: Sequence[str]) -> str:

@@ -1,5 +1,5 @@
 """
-The operator's ServiceAccount, Deployment (with the probes and ports its options imply), PodDisruptionBudget and Dockerfile.
+The operator's ServiceAccount, Deployment (with the probes and ports its options imply), budget and Dockerfile.
 
 The Deployment runs the same ``kopf run`` command line as the options
 describe. A standalone operator is replaced with the ``Recreate`` strategy:
@@ -38,7 +38,8 @@ class Options:
     replicas: int | None = None
     liveness: str | None = None
     webhook_port: int | None = None
-    requirement: str = 'kopf'
+    extras: tuple[str, ...] = ()  # the framework's extras that the operator needs
+    framework: str | None = None  # a pip requirement of the framework; None: a wheel beside the Dockerfile
 
     @property
     def replica_count(self) -> int:
@@ -150,14 +151,28 @@ def service(options: Options) -> dict[str, Any] | None:
 
 
 def dockerfile(options: Options, *, sources: Sequence[str]) -> str:
-    """An image with Python, the framework and the operator's code, run as a non-root user."""
+    """
+    An image with Python, the framework and the operator's code, run as a non-root user.
+
+    The framework comes as a wheel beside the Dockerfile (built from its
+    repository with ``pip wheel --no-deps -w DIR .``), unless a pip
+    requirement of it is given; its extras are those the operator needs.
+    """
+    extras = f"[{','.join(options.extras)}]" if options.extras else ''
     copies = '\n'.join(f"COPY {source} {APP_DIR}/{source}" for source in sources)
     cmd = ', '.join(f'"{part}"' for part in command(options))
+    if options.framework is None:
+        install = ("# The framework: a wheel of it beside this file (pip wheel --no-deps -w DIR <its repository>).\n"
+                   "COPY kopf-*.whl /tmp/\n"
+                   f'RUN pip install --no-cache-dir "$(ls /tmp/kopf-*.whl){extras}" && rm /tmp/kopf-*.whl\n')
+    else:
+        needed = f" (it needs the extras {extras})" if extras else ''
+        install = f"# The framework{needed}.\nRUN pip install --no-cache-dir '{options.framework}'\n"
     return (
         "# The operator's image: Python, kopf and the operator's code; run as a non-root user.\n"
         "FROM python:3.12-slim\n"
         "ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1\n"
-        f"RUN pip install --no-cache-dir '{options.requirement}'\n"
+        f"{install}"
         f"WORKDIR {APP_DIR}\n"
         f"{copies}\n"
         f"USER {NONROOT}:{NONROOT}\n"

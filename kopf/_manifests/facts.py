@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import dis
 import inspect
+import itertools
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
@@ -157,7 +158,7 @@ def posts_events(fn: Callable[..., Any]) -> bool:
         return False
     namespace = getattr(inspect.unwrap(fn), '__globals__', {})
     instructions = list(dis.get_instructions(code))
-    for before, instruction in zip(instructions, instructions[1:]):
+    for before, instruction in itertools.pairwise(instructions):
         if (before.opname == 'LOAD_GLOBAL' and str(before.argval) == 'kopf'
                 and instruction.opname in ('LOAD_ATTR', 'LOAD_METHOD') and instruction.argval in POSTING):
             return True

@@ -160,7 +160,9 @@ def describe_errors(errors: list[Mapping[str, Any]]) -> str:
     for error in errors:
         where = '.'.join(str(part) for part in error.get('loc') or ()) or 'the object'
         given = error.get('input')
-        shown = f" (got {json.dumps(given, default=str)[:80]})" if error.get('type') != 'missing' and _scalar(given) else ''
+        shown = ''
+        if error.get('type') != 'missing' and _scalar(given):
+            shown = f" (got {json.dumps(given, default=str)[:80]})"
         parts.append(f"{where}: {error.get('msg')}{shown}")
     return '; '.join(parts)
 

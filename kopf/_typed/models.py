@@ -105,6 +105,7 @@ class CustomResource(pydantic.BaseModel):
     metadata: dict[str, Any] = pydantic.Field(default_factory=dict)
 
     __kopf_declaration__: ClassVar[Declaration | None] = None
+    __kopf_content_model__: ClassVar[type[pydantic.BaseModel] | None] = None  # made once per class, when needed
 
     def __init_subclass__(
             cls,
@@ -255,7 +256,7 @@ def _content_model(cls: type[CustomResource]) -> type[pydantic.BaseModel]:
                                   if (field.alias or name) in cls.kopf_content_fields()}
         made = pydantic.create_model(f'{cls.__name__}Content', __config__=pydantic.ConfigDict(
             extra='ignore', populate_by_name=True), **fields)
-        setattr(cls, '__kopf_content_model__', made)
+        cls.__kopf_content_model__ = made
     return made  # type: ignore[no-any-return]
 
 

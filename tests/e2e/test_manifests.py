@@ -12,7 +12,6 @@ it, with a token from the TokenRequest API:
 from __future__ import annotations
 
 import concurrent.futures
-import copy
 import json
 import os
 import subprocess
@@ -101,7 +100,8 @@ def test_an_invalid_spec_is_reported_once_with_an_event_and_a_condition(
 
     def scenario(ctx: Context) -> bool:
         ctx.widget('bad', size=3, shape='square')  # the server's schema lets it through; the model's validator not
-        assert ctx.until(lambda: len(_invalid_events(ctx)) == 1 and _condition(ctx.find('bad')).get('status') == 'False')
+        assert ctx.until(lambda: len(_invalid_events(ctx)) == 1
+                         and _condition(ctx.find('bad')).get('status') == 'False')
         assert _condition(ctx.find('bad'))['message'].startswith(message)
         event, = _invalid_events(ctx)
         assert event['type'] == 'Warning' and event['involvedObject']['name'] == 'bad'
@@ -289,8 +289,9 @@ def test_kubectl_accepts_every_generated_manifest_in_a_server_dry_run(
     for name in ('crds.yaml', 'rbac.yaml', 'deployment.yaml'):
         path = tmp_path / 'out' / name
         path.write_text(path.read_text().replace(rbac.PLACEHOLDER, namespace))
+        env = {'KUBECONFIG': str(kubeconfig), 'PATH': '/usr/bin:/bin', 'HOME': str(tmp_path)}
         result = subprocess.run(['kubectl', 'apply', '--dry-run=server', '-f', str(path)], capture_output=True,
-                                text=True, timeout=60, env={'KUBECONFIG': str(kubeconfig), 'PATH': '/usr/bin:/bin'})
+                                text=True, timeout=60, env=env)
         assert result.returncode == 0, f"{name}:\n{result.stderr}"
         assert 'created (server dry run)' in result.stdout or 'configured (server dry run)' in result.stdout \
             or 'unchanged (server dry run)' in result.stdout, result.stdout

@@ -58,7 +58,7 @@ def test_the_parts_are_written_into_a_folder(tmp_path):
     assert sorted(p.name for p in (tmp_path / 'out').iterdir()) == ['Dockerfile', 'crds.yaml', 'deployment.yaml',
                                                                      'rbac.yaml']
     dockerfile = (tmp_path / 'out' / 'Dockerfile').read_text()
-    assert "RUN pip install --no-cache-dir 'kopf[typed]'" in dockerfile
+    assert 'RUN pip install --no-cache-dir "$(ls /tmp/kopf-*.whl)[typed]"' in dockerfile
     assert 'COPY my_operator.py /app/my_operator.py' in dockerfile
     assert 'CMD ["kopf", "run", "/app/my_operator.py", "-A", "--shards"]' in dockerfile
     kinds = [doc['kind'] for doc in yaml.safe_load_all((tmp_path / 'out' / 'deployment.yaml').read_text())]
@@ -133,3 +133,11 @@ def test_a_result_that_the_status_model_would_prune_is_warned_about(tmp_path):
     assert result.returncode == 0, result.stderr
     assert ("Warning: The handler 'created' returns a result into status.created of MyApp, but its status model "
             "declares no such field: the server will prune it.") in result.stderr
+
+
+def test_the_dockerfile_installs_the_framework_as_told(tmp_path):
+    result = manifests(tmp_path, TYPED, '--only', 'dockerfile', '--framework', 'kopf[typed] @ file:///w/kopf.whl')
+    assert result.returncode == 0, result.stderr
+    assert "# The framework (it needs the extras [typed]).\nRUN pip install --no-cache-dir 'kopf[typed] @ " \
+           "file:///w/kopf.whl'\n" in result.stdout
+    assert result.stdout.startswith("# The operator's image")

@@ -18,8 +18,9 @@ import os
 import pathlib
 import time
 
-import kopf
 from widgets import Widget, WidgetSpec
+
+import kopf
 
 FEATURE = os.environ.get('E2E_FEATURE', 'plain')
 CALLS = pathlib.Path(os.environ.get('E2E_CALLS', '/dev/null'))
