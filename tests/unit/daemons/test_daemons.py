@@ -18,10 +18,10 @@ import time
 import weakref
 
 import pytest
+from kopf._daemons.keeper import Daemons
 
 import kopf
 from kopf._cycle.cycle import STAGES, handle_object
-from kopf._daemons.daemons import Daemons
 from kopf._replicas.fencing import Gate
 from kopf._structs.bodies import Body
 from kopf._structs.patches import apply
@@ -766,7 +766,7 @@ def replica_gate(clock, keys):
 
 async def test_with_replicas_the_daemons_stop_as_soon_as_the_object_is_not_this_replicas_any_more(
         cluster, registry, monkeypatch):
-    monkeypatch.setattr('kopf._daemons.daemons.PATROL_INTERVAL', 1000)  # no patrol: the gate's change is enough
+    monkeypatch.setattr('kopf._daemons.keeper.PATROL_INTERVAL', 1000)  # no patrol: the gate's change is enough
     ours = {'uid1'}
     gate = replica_gate(FakeClock(), ours)
     cluster.keeper = Daemons(patcher=cluster._patch, fence=gate)
