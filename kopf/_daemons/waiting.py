@@ -29,9 +29,8 @@ async def first(clock: Clock, seconds: float | None, *waits: Awaitable[Any]) -> 
     try:
         await asyncio.wait(futures, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for future in futures:
+        for future in futures:  # not waited for: the caller goes on at once, they end in their next turn
             future.cancel()
-        await asyncio.gather(*futures, return_exceptions=True)
 
 
 async def stopped_within(stopper: DaemonStopper, clock: Clock, seconds: float | None) -> bool:
@@ -59,5 +58,4 @@ async def ended_within(tasks: Collection[asyncio.Task[Any]], clock: Clock, secon
     finally:
         if timer is not None:
             timer.cancel()
-            await asyncio.gather(timer, return_exceptions=True)
     return all(task.done() for task in tasks)
