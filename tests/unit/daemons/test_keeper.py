@@ -16,16 +16,24 @@ from kopf._structs.stoppers import DaemonStoppingReason
 from tests.unit.conftest import FINALIZER, LAST_HANDLED, RESOURCE, SELECTOR, FakeClock
 from tests.unit.daemons.conftest import eventually, settle
 
-# Filters.
 
-async def test_a_daemon_stops_when_the_object_stops_matching_and_starts_again_when_it_matches(cluster, registry):
+def logging_daemon(registry, **options):
+    """A daemon that logs its start and the reasons of its stop: the log."""
     log = []
 
-    @kopf.daemon(*RESOURCE, registry=registry, labels={'watched': 'yes'})
+    @kopf.daemon(*RESOURCE, registry=registry, **options)
     async def monitor(stopped, **_):
         log.append('start')
         await stopped.wait()
         log.append(stopped.reason)
+
+    return log
+
+
+# Filters.
+
+async def test_a_daemon_stops_when_the_object_stops_matching_and_starts_again_when_it_matches(cluster, registry):
+    log = logging_daemon(registry, labels={'watched': 'yes'})
 
     await cluster.event('ADDED')
     await settle()
@@ -59,30 +67,36 @@ async def test_when_filters_receive_the_handlers_keyword_arguments(cluster, regi
 
 # Deletion and the finalizer.
 
-async def test_the_deletion_waits_for_the_daemons_to_stop_and_then_completes(cluster, registry, clock):
+def tidy_daemon(registry, clock):
+    """A daemon that tidies up for 0.5s of the clock when stopped, longer than the cycle waits at once: its log."""
     log = []
-    started = []
 
     @kopf.daemon(*RESOURCE, registry=registry)
     async def monitor(stopped, **_):
-        started.append(True)
+        log.append('started')
         await stopped.wait()
-        await clock.sleep(0.5)  # tidying up, longer than the cycle waits at once
+        await clock.sleep(0.5)
         log.append('exited')
+
+    return log
+
+
+async def test_the_deletion_waits_for_the_daemons_to_stop_and_then_completes(cluster, registry, clock):
+    log = tidy_daemon(registry, clock)
 
     result = await cluster.event('ADDED')
     assert result.cause == 'finalizer'
     assert FINALIZER in cluster.raw['metadata']['finalizers']
-    await eventually(lambda: started)
+    await eventually(lambda: log == ['started'])
 
     result = await cluster.delete()
     assert result.cause == 'delete'
     assert not result.done and result.delay is not None
     assert FINALIZER in cluster.raw['metadata']['finalizers']  # held while the daemon stops
-    assert log == []
+    assert log == ['started']  # not exited yet
 
     await cluster.settle_deletion()
-    assert log == ['exited']
+    assert log == ['started', 'exited']
     assert len(cluster.keeper) == 0 and cluster.keeper.running == 0
 
 
@@ -105,16 +119,10 @@ async def test_a_daemon_that_exits_at_once_lets_the_deletion_complete_in_the_sam
 async def test_the_cycle_waits_for_the_daemons_to_exit_at_once_for_the_instant_exit_timeout_by_the_clock(
         cluster, registry, config, clock):
     config.background.instant_exit_timeout = 0.2
-    started = []
-
-    @kopf.daemon(*RESOURCE, registry=registry)
-    async def monitor(stopped, **_):
-        started.append(True)
-        await stopped.wait()
-        await clock.sleep(0.5)  # tidying up, longer than the cycle waits at once
+    log = tidy_daemon(registry, clock)
 
     await cluster.event('ADDED')
-    await eventually(lambda: started)
+    await eventually(lambda: log == ['started'])
     deleting = asyncio.create_task(cluster.delete())
     await clock.awaited_by(3)  # the cycle, the daemon's tidying up, the guard of its stop (the polling period)
     assert clock.waits == [pytest.approx(0.2), pytest.approx(0.5), pytest.approx(60)]
@@ -123,7 +131,7 @@ async def test_the_cycle_waits_for_the_daemons_to_exit_at_once_for_the_instant_e
     clock.advance(0.2)
     result = await deleting
     assert not result.done and result.delay is not None
-    assert FINALIZER in cluster.raw['metadata']['finalizers']
+    assert FINALIZER in cluster.raw['metadata']['finalizers'] and log == ['started']
     config.background.instant_exit_timeout = None  # the next cycles do not wait by the clock
     await cluster.settle_deletion()
 
@@ -257,13 +265,7 @@ async def test_with_replicas_the_daemons_stop_as_soon_as_the_object_is_not_this_
     ours = {'uid1'}
     gate = replica_gate(FakeClock(), ours)
     cluster.keeper = Daemons(patcher=cluster._patch, fence=gate, clock=clock)  # the clock stands: no patrol
-    log = []
-
-    @kopf.daemon(*RESOURCE, registry=registry)
-    async def monitor(stopped, **_):
-        log.append('start')
-        await stopped.wait()
-        log.append(stopped.reason)
+    log = logging_daemon(registry)
 
     await cluster.event('ADDED')
     await eventually(lambda: log == ['start'])
@@ -285,13 +287,7 @@ async def test_with_replicas_the_patrol_stops_the_daemons_once_the_permit_has_la
         cluster, registry, clock):
     gate = replica_gate(clock, {'uid1'}, admit=PATROL_INTERVAL * 4.5)  # no change of the gate: only time passes
     cluster.keeper = Daemons(patcher=cluster._patch, fence=gate, clock=clock)
-    log = []
-
-    @kopf.daemon(*RESOURCE, registry=registry)
-    async def monitor(stopped, **_):
-        log.append('start')
-        await stopped.wait()
-        log.append(stopped.reason)
+    log = logging_daemon(registry)
 
     await cluster.event('ADDED')
     await eventually(lambda: log == ['start'])
