@@ -21,7 +21,8 @@ from typing_extensions import Unpack
 
 from kopf._admission import serving
 from kopf._cycle import cycle, processing, queueing
-from kopf._daemons import daemons
+from kopf._daemons.calls import patch_object
+from kopf._daemons.keeper import Daemons
 from kopf._handlers.registries import Activity, OperatorRegistry, get_default_registry
 from kopf._indexing import indexing
 from kopf._kube import auth, events, watching
@@ -411,7 +412,7 @@ async def _watch_all(
                         cluster.ClusterAccess(ObjectsClient(handling_context)))
     indexes = indexes if indexes is not None else indexing.OperatorIndexes(registry)
 
-    def spawn(stream: orchestration.Stream, until: asyncio.Event) -> tuple[asyncio.Task[None], daemons.Daemons | None]:
+    def spawn(stream: orchestration.Stream, until: asyncio.Event) -> tuple[asyncio.Task[None], Daemons | None]:
         keeper = _keeper(registry, stream.resource, handling_context, gate=gate)
         watch = processing.ResourceWatch(context=handling_context, resource=stream.resource, selector=stream.selector,
                                          registry=registry, config=config, memo=memo, indexes=indexes,
@@ -496,12 +497,12 @@ def _keeper(
         context: APIContext,
         *,
         gate: fencing.Gate | None,
-) -> daemons.Daemons | None:
+) -> Daemons | None:
     """The keeper of the stream's daemons and timers, if its resource has any."""
     if not registry.has_spawning_handlers(resource):
         return None
-    return daemons.Daemons(patcher=functools.partial(daemons.patch_object, context=context, resource=resource),
-                           fence=gate)
+    return Daemons(patcher=functools.partial(patch_object, context=context, resource=resource),
+                   fence=gate)
 
 
 def watch_failure(error: BaseException, resource: Resource, namespace: str | None) -> str:
