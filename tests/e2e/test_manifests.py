@@ -15,6 +15,7 @@ import concurrent.futures
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -295,3 +296,27 @@ def test_kubectl_accepts_every_generated_manifest_in_a_server_dry_run(
         assert result.returncode == 0, f"{name}:\n{result.stderr}"
         assert 'created (server dry run)' in result.stdout or 'configured (server dry run)' in result.stdout \
             or 'unchanged (server dry run)' in result.stdout, result.stdout
+
+
+def test_several_versions_of_a_kind_are_one_crd_that_the_server_serves_in_each(
+        kube: KubeAPI, kubeconfig: Path, tmp_path: Path) -> None:
+    source = tmp_path / 'versions.py'
+    source.write_text(
+        "import kopf.typed, pydantic\n"
+        "class Spec(pydantic.BaseModel):\n    size: int = 1\n"
+        "class SpecV2(pydantic.BaseModel):\n    size: int = 1\n    colour: str = 'red'\n"
+        "class GadgetV1(kopf.typed.CustomResource, group='versions.e2e.kopf.dev', version='v1', kind='Gadget'):\n"
+        "    spec: Spec\n"
+        "class GadgetV2(kopf.typed.CustomResource, group='versions.e2e.kopf.dev', version='v2', kind='Gadget',\n"
+        "               storage=True):\n"
+        "    spec: SpecV2\n")
+    result = subprocess.run([sys.executable, '-m', 'kopf', 'manifests', str(source), '--only', 'crds'],
+                            capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                            env={'PATH': '/usr/bin:/bin', 'PYTHONPATH': str(rbac.REPO)})
+    assert result.returncode == 0, result.stderr
+    crd, = yaml.safe_load_all(result.stdout)
+    kube.apply_crd(crd)
+    for version in ('v1', 'v2'):
+        kube.get(f'/apis/versions.e2e.kopf.dev/{version}/gadgets')
+    served = kube.get('/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gadgets.versions.e2e.kopf.dev')
+    assert served['status']['storedVersions'] == ['v2']
