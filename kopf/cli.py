@@ -1,5 +1,5 @@
 """
-The ``kopf`` command line: ``kopf run FILE... [-m MODULE]`` and its options; ``kopf inspect``, ``migrate``, ``manifests``.
+The ``kopf`` command line: ``kopf run FILE... [-m MODULE]`` and its options; ``inspect``, ``migrate``, ``manifests``.
 
 Operator code is imported first (which registers its handlers), then the
 operator runs until interrupted. An operator that cannot be imported ends the
