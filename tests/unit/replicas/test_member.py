@@ -58,7 +58,7 @@ async def test_an_object_moves_only_after_its_running_cycle_has_finished(start, 
     second = start('shards', 'b')
     taken = await until(clock, lambda: second.gate.admits(moving), within=3 * LEASE,
                         sample=at_most_one_owner(first, second))
-    await cycle
+    await until(clock, cycle.done, within=5 * RETRY)
     assert finished and taken >= finished[0]
 
 
