@@ -37,6 +37,7 @@ ROLES = {
     '_indexing': 'in-memory indexes', '_replicas': 'HA, shards, fences', '_admission': 'webhooks',
     '_cycle': 'one object, one event', '_handlers': 'declare, call, judge', 'config': 'settings',
     '_storage': 'progress, diff-base', '_kube': 'the API client', 'errors': 'public errors',
+    '_observability': 'metrics, traces, readiness',
     '_structs': 'pure data',
 }
 

@@ -21,6 +21,7 @@ import aiohttp
 
 from kopf._kube.credentials import Accepted
 from kopf._kube.errors import LoginError
+from kopf._observability import recording
 from kopf._structs.credentials import ConnectionInfo
 from kopf._structs.typedefs import Logger
 
@@ -90,4 +91,5 @@ def make_session(
     connector = aiohttp.TCPConnector(ssl=ssl_context, limit=0, socket_factory=factory,
                                      keepalive_timeout=idle_timeout or None)
     headers = {'User-Agent': USER_AGENT, 'Accept': 'application/json'}
-    return aiohttp.ClientSession(connector=connector, headers=headers, trust_env=info.trust_env)
+    return aiohttp.ClientSession(connector=connector, headers=headers, trust_env=info.trust_env,
+                                 trace_configs=recording.current().http_tracing() or None)

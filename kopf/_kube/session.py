@@ -37,6 +37,7 @@ from kopf._kube.credentials import Accepted, Credentials, accept, needs_new_conn
 from kopf._kube.errors import APIConnectionError, APIError, APIUnauthorizedError, check_response
 from kopf._kube.retrying import RetryPolicy
 from kopf._kube.slots import MAX_CONCURRENT_REQUESTS, RequestSlots
+from kopf._observability import recording
 from kopf._structs.clocks import SYSTEM_CLOCK, Clock
 from kopf._structs.credentials import AiohttpSession, ConnectionInfo
 from kopf._structs.resources import ParamValue, build_query
@@ -299,6 +300,7 @@ class APIContext:
                 attempts = decision.attempts
 
     def _log_retry(self, retry: retrying.Retry, *, method: str, url: str) -> None:
+        recording.current().api_retry(method, url, throttled=retry.throttled, delay=retry.delay)
         if retry.throttled:
             self.logger.warning("%s %s: the server is overloaded (429 Too Many Requests); "
                                 "retrying in %.2fs as asked (%d of %d).",

@@ -14,7 +14,7 @@ import functools
 import logging
 import signal
 import threading
-from collections.abc import AsyncIterator, Callable, Collection, Coroutine
+from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Hashable
 from typing import Any, TypedDict
 
 from typing_extensions import Unpack
@@ -29,8 +29,20 @@ from kopf._kube import auth, events, watching
 from kopf._kube.auth import APIContext
 from kopf._kube.errors import APIConnectionError, APIError, APIForbiddenError, APINotFoundError, describe_api_failure
 from kopf._kube.objects import ObjectsClient
+from kopf._observability import recording
+from kopf._observability.readiness import Readiness
 from kopf._replicas import fencing, peering
-from kopf._runtime import activities, allocation, observation, orchestration, posting, preflight, probes, probing
+from kopf._runtime import (
+    activities,
+    allocation,
+    observation,
+    observing,
+    orchestration,
+    posting,
+    preflight,
+    probes,
+    probing,
+)
 from kopf._storage import cluster
 from kopf._storage.errors import StorageError
 from kopf._structs.credentials import AiohttpSession, ConnectionInfo
@@ -97,6 +109,8 @@ class OperatorOptions(TypedDict, total=False):
     identity: str | None
     priority: int | None
     liveness_endpoint: str | None
+    readiness_endpoint: str | None
+    metrics_endpoint: str | None
     stop_flag: StopFlag | None
     ready_flag: StopFlag | None
 
@@ -123,6 +137,8 @@ async def spawn_tasks(
         identity: str | None = None,
         priority: int | None = None,
         liveness_endpoint: str | None = None,
+        readiness_endpoint: str | None = None,
+        metrics_endpoint: str | None = None,
         stop_flag: StopFlag | None = None,
         ready_flag: StopFlag | None = None,
 ) -> list[asyncio.Task[None]]:
@@ -135,7 +151,9 @@ async def spawn_tasks(
     docs/replicas.rst); ``standalone`` (the default) means no coordination;
     ``priority`` ranks HA replicas (Kopf's peering priority). These
     arguments go into ``config.peering`` before the startup handlers, which
-    may still change it.
+    may still change it; so does ``metrics_endpoint`` into ``config.metrics``.
+    ``readiness_endpoint`` serves ``/readyz`` there; by default it is served
+    beside the liveness endpoint, else beside the metrics (docs/observability.rst).
     """
     if config is not None and settings is not None and config is not settings:
         raise TypeError("Pass the operator's settings either as settings= or as config=, not both.")
@@ -148,6 +166,8 @@ async def spawn_tasks(
     config = config or settings or OperatorConfig()
     _configure_peering(config, standalone=standalone, ha=ha, shards=shards, name=peering_name,
                        namespace=peering_namespace, identity=identity, priority=priority)
+    if metrics_endpoint is not None:
+        config.metrics.endpoint = metrics_endpoint
     task = asyncio.create_task(_serve(
         registry=registry or get_default_registry(),
         config=config,
@@ -155,6 +175,7 @@ async def spawn_tasks(
         namespaces=tuple(namespaces),
         scope=scope,
         liveness_endpoint=liveness_endpoint,
+        readiness_endpoint=readiness_endpoint,
         stop_flag=stop_flag,
         ready_flag=ready_flag,
     ), name='kopf operator')
@@ -225,11 +246,13 @@ async def _serve(
         liveness_endpoint: str | None,
         stop_flag: StopFlag | None,
         ready_flag: StopFlag | None,
+        readiness_endpoint: str | None = None,
 ) -> None:
     """Run one operator: ``scope`` is what ``namespaces`` serve, ``None`` for all namespaces (cluster-wide)."""
     clusterwide = scope is None
     stop = asyncio.Event()
     health = probing.Health()
+    readiness = Readiness()
     indexes = indexing.OperatorIndexes(registry)
     # An embedding application that passes its own stop flag keeps its own signal handling.
     with _stop_on_signals(stop) if stop_flag is None else contextlib.nullcontext():
@@ -246,6 +269,8 @@ async def _serve(
             config.persistence.freeze()
             try:
                 async with contextlib.AsyncExitStack() as stack:
+                    await stack.enter_async_context(observing.observing(
+                        config=config, readiness=readiness, liveness=liveness, readiness_endpoint=readiness_endpoint))
                     info = await _login(registry=registry, config=config, memo=memo, indexes=indexes, stop=stop)
                     relogin = functools.partial(_login, registry=registry, config=config, memo=memo, indexes=indexes)
                     context = await stack.enter_async_context(_api_context(info, config=config, relogin=relogin))
@@ -265,8 +290,9 @@ async def _serve(
                         clusterwide=clusterwide, stop=stop, view=view))
                     await _watch_all(context=context, insights=insights, registry=registry, config=config,
                                      memo=memo, stop=stop, ready_flag=ready_flag, health=health, peers=peers,
-                                     indexes=indexes)
-            except (serving.AdmissionSetupError, StorageError, observation.ObservationError) as e:
+                                     indexes=indexes, readiness=readiness)
+            except (serving.AdmissionSetupError, StorageError, observation.ObservationError,
+                    observing.ObservabilityError) as e:
                 raise OperatorError(str(e)) from e
             except peering.PeeringError as e:
                 raise OperatorError(str(e)) from None
@@ -274,6 +300,7 @@ async def _serve(
             logger.info("%s", e)
         finally:
             health.stopping()
+            readiness.stopping()
             if stopper is not None:
                 stopper.cancel()
             if liveness is not None:
@@ -389,6 +416,7 @@ async def _watch_all(
         health: probing.Health | None = None,
         peers: peering.Peering | None = None,
         indexes: indexing.OperatorIndexes | None = None,
+        readiness: Readiness | None = None,
 ) -> None:
     """
     Watch every served resource in every served namespace, and post events, until stopped.
@@ -411,6 +439,12 @@ async def _watch_all(
         cluster.provide([config.persistence.progress_storage, config.persistence.diffbase_storage],
                         cluster.ClusterAccess(ObjectsClient(handling_context)))
     indexes = indexes if indexes is not None else indexing.OperatorIndexes(registry)
+    recording.current().follow_indexes(indexes)
+    if peers is not None:
+        recording.current().follow_replica(peers.state)
+        if readiness is not None:
+            readiness.coordinated(peers.coordination)
+    listed = readiness.listed if readiness is not None else None
 
     def spawn(stream: orchestration.Stream, until: asyncio.Event) -> tuple[asyncio.Task[None], Daemons | None]:
         keeper = _keeper(registry, stream.resource, handling_context, gate=gate)
@@ -418,7 +452,8 @@ async def _watch_all(
                                          registry=registry, config=config, memo=memo, indexes=indexes,
                                          stages=cycle.STAGES if keeper is None else (*cycle.STAGES, keeper))
         task = asyncio.create_task(_watch_one(watch, namespace=stream.namespace, stop=until, gate=gate,
-                                              insights=insights, indexes=indexes), name=f"kopf watch of {stream}")
+                                              insights=insights, indexes=indexes, listed=listed),
+                                   name=f"kopf watch of {stream}")
         return task, keeper
 
     streams = orchestration.Streams(spawn=spawn, exit_timeout=GRACEFUL_EXIT_TIMEOUT,
@@ -427,6 +462,8 @@ async def _watch_all(
     for stream in initial:
         if registry.get_indexing_handlers(stream.resource):
             indexes.expect(stream.listing)  # before any stream starts: handlers wait for all of the start
+    if readiness is not None:
+        readiness.expect({stream.listing: str(stream) for stream in initial})
     insights.revised.clear()
     streams.follow(initial)
     if health is not None:
@@ -524,6 +561,7 @@ async def _watch_one(
         gate: fencing.Gate | None = None,
         insights: observation.Insights | None = None,
         indexes: indexing.OperatorIndexes | None = None,
+        listed: Callable[[Hashable], None] | None = None,
 ) -> None:
     """
     Watch one resource in one namespace (or cluster-wide) and handle its objects, until stopped.
@@ -540,7 +578,7 @@ async def _watch_one(
     delay = settings.reconnect_backoff
     while not stop.is_set():
         try:
-            await _handle_stream(watch, namespace=namespace, stop=stop, gate=gate, indexes=indexes)
+            await _handle_stream(watch, namespace=namespace, stop=stop, gate=gate, indexes=indexes, listed=listed)
             return
         except APINotFoundError as e:
             if insights is None or not insights.scanning:
@@ -565,13 +603,18 @@ async def _handle_stream(
         stop: asyncio.Event,
         gate: fencing.Gate | None,
         indexes: indexing.OperatorIndexes | None,
+        listed: Callable[[Hashable], None] | None = None,
 ) -> None:
     listing = (watch.selector, namespace)
-    listed = functools.partial(indexes.listed, listing) if indexes is not None else None
+    callbacks = [callback for callback in (indexes.listed if indexes is not None else None, listed) if callback]
+
+    def on_listed() -> None:
+        for callback in callbacks:
+            callback(listing)
 
     def open_stream(until: asyncio.Event) -> AsyncIterator[RawEvent]:
         return watching.infinite_watch(context=watch.context, resource=watch.resource, namespace=namespace,
-                                       settings=watch.config.watching, stop=until, on_listed=listed)
+                                       settings=watch.config.watching, stop=until, on_listed=on_listed)
 
     stream: AsyncIterator[RawEvent]
     stream = open_stream(stop) if gate is None else fencing.gated_stream(gate, open_stream, stop=stop)
@@ -580,7 +623,8 @@ async def _handle_stream(
         stream = indexes.indexed(stream, listing=listing, registry=watch.registry, selector=watch.resource,
                                  resource=watch.resource, config=watch.config, memo=watch.memo, memos=watch.memos)
     await queueing.watch_objects(stream=stream, processor=functools.partial(processing.process_event, watch),
-                                 settings=watch.config.batching, gate=gate)
+                                 settings=watch.config.batching, gate=gate,
+                                 probe=recording.current().queue(watch.resource, gate))
 
 
 async def _post(context: APIContext, settings: PostingConfig, item: posting.K8sEvent) -> None:
