@@ -336,7 +336,7 @@ class _Handler(HandlerScope):
 class _Queue(QueueProbe):
     """What waits in one stream's queue: the arrival of the oldest unhandled event per object."""
 
-    __slots__ = ('__weakref__', '_clock', '_gate', 'keys', 'label', 'pending')
+    __slots__ = ('_clock', '_gate', 'keys', 'label', 'pending')
 
     def __init__(self, recorder: MetricsRecorder, label: str, gate: Gate | None) -> None:
         self._clock = recorder.clock
@@ -372,7 +372,7 @@ class _Queue(QueueProbe):
 class _Watch(WatchProbe):
     """One watch across its reconnects: whether a request is open, and when the last event came."""
 
-    __slots__ = ('__weakref__', '_clock', '_events', '_recorder', '_restarts', 'label', 'last', 'namespace', 'open')
+    __slots__ = ('_clock', '_events', '_recorder', '_restarts', 'label', 'last', 'namespace', 'open')
 
     def __init__(self, recorder: MetricsRecorder, label: str, namespace: str) -> None:
         self._recorder = recorder

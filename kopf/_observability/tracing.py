@@ -105,8 +105,9 @@ def _exporter(name: str, environ: Mapping[str, str]) -> SpanExporter:
 
 
 def _destination(name: str, environ: Mapping[str, str]) -> str:
+    """Where an exporter sends the spans, for the messages: its endpoint (if known) and its name."""
     endpoint = environ.get('OTEL_EXPORTER_OTLP_TRACES_ENDPOINT') or environ.get('OTEL_EXPORTER_OTLP_ENDPOINT')
-    return f"{name} exporter at {endpoint}" if endpoint and name.startswith('otlp') else f"{name} exporter"
+    return f"{endpoint} ({name})" if endpoint and name.startswith('otlp') else f"the {name} exporter"
 
 
 class QuietExporter(SpanExporter):
@@ -133,12 +134,12 @@ class QuietExporter(SpanExporter):
             self.dropped += len(spans)
             if not self.failing:
                 self.failing = True
-                logger.warning("Cannot export the traces to the %s (%s); the spans are dropped until it can be "
+                logger.warning("Cannot export the traces to %s: %s; the spans are dropped until it can be "
                                "reached. Is the collector running, and OTEL_EXPORTER_OTLP_ENDPOINT right?",
                                self.what, problem)
         elif self.failing:
             self.failing = False
-            logger.info("The traces are exported again to the %s (%d spans were dropped).", self.what, self.dropped)
+            logger.info("The traces are exported again to %s (%d spans were dropped).", self.what, self.dropped)
         return result
 
     def shutdown(self) -> None:
