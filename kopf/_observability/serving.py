@@ -113,12 +113,18 @@ class Servers:
 
     def __init__(self) -> None:
         self._servers: dict[tuple[str, int], EndpointServer] = {}
-        self._adopted: set[tuple[str, int]] = set()
+        self._adopted: set[EndpointServer] = set()
+        self._lent: list[tuple[EndpointServer, str]] = []  # the paths added to the adopted servers
 
     def adopt(self, server: EndpointServer) -> None:
         """A server started elsewhere (the liveness endpoint's), to share its port; its owner stops it."""
+        self._adopted.add(server)
+        self._add(server)
+
+    def _add(self, server: EndpointServer) -> None:
+        """Known by the port asked for and by the port bound (they differ when 0 was asked for)."""
         self._servers[server.host, server.port] = server
-        self._adopted.add((server.host, server.port))
+        self._servers[server.host, server.bound_port] = server
 
     def find(self, address: Address) -> EndpointServer | None:
         return self._servers.get((address.host, address.port))
@@ -129,18 +135,22 @@ class Servers:
         if server is None:
             server = EndpointServer(address.host, address.port, what=what, option=option)
             await server.start()
-            self._servers[address.host, address.port] = server
+            self._add(server)
         elif address.path in server.routes:
             raise EndpointError(f"Cannot serve {what}: the path {address.path} of the port {address.port} serves "
                                 f"another endpoint already. Choose another path with {option}.")
         server.route(address.path, handler)
+        if server in self._adopted:
+            self._lent.append((server, address.path))
         return server.url_of(address.path)
 
     async def stop(self) -> None:
-        """Close the servers that were started here (an adopted one is its owner's)."""
-        for key, server in list(self._servers.items()):
-            if key not in self._adopted:
-                await server.stop()
+        """Close the servers that were started here; from the adopted ones (their owners'), remove our paths."""
+        for server, path in self._lent:
+            server.routes.pop(path, None)
+        for server in set(self._servers.values()) - self._adopted:
+            await server.stop()
+        self._lent.clear()
         self._servers.clear()
         self._adopted.clear()
 
