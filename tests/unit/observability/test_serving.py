@@ -81,3 +81,23 @@ def test_addresses_default_to_all_interfaces_and_port_80():
         serving.Address('0.0.0.0', 9090, '/')
     assert serving.Address.parse('http://localhost/m', what='', option='', example='') == \
         serving.Address('localhost', 80, '/m')
+
+
+async def test_an_adopted_server_is_shared_by_its_bound_port_and_keeps_running_without_our_paths():
+    liveness = serving.EndpointServer('127.0.0.1', 0, what='liveness', option='-L')
+    liveness.route('/healthz', serving.metrics_handler(lambda accept: (b'{}', 'application/json')))
+    await liveness.start()
+    try:
+        servers = serving.Servers()
+        servers.adopt(liveness)
+        port = liveness.bound_port
+        url = await servers.serve(serving.Address('127.0.0.1', port, '/metrics'),
+                                  serving.metrics_handler(lambda accept: (b'm 1\n', 'text/plain')),
+                                  what='m', option='-m')
+        assert url == f'http://127.0.0.1:{port}/metrics'  # the same server, found by the port it has bound
+        assert await fetch(url) == (200, 'm 1\n')
+        await servers.stop()
+        assert await fetch(f'http://127.0.0.1:{port}/healthz') == (200, '{}')  # its owner's: still served
+        assert (await fetch(url))[0] == 404  # our path is gone with us
+    finally:
+        await liveness.stop()
