@@ -21,7 +21,6 @@ import aiohttp
 
 from kopf._kube.credentials import Accepted
 from kopf._kube.errors import LoginError
-from kopf._observability import recording
 from kopf._structs.credentials import ConnectionInfo
 from kopf._structs.typedefs import Logger
 
@@ -91,5 +90,4 @@ def make_session(
     connector = aiohttp.TCPConnector(ssl=ssl_context, limit=0, socket_factory=factory,
                                      keepalive_timeout=idle_timeout or None)
     headers = {'User-Agent': USER_AGENT, 'Accept': 'application/json'}
-    return aiohttp.ClientSession(connector=connector, headers=headers, trust_env=info.trust_env,
-                                 trace_configs=recording.current().http_tracing() or None)
+    return aiohttp.ClientSession(connector=connector, headers=headers, trust_env=info.trust_env)

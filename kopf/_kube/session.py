@@ -277,13 +277,16 @@ class APIContext:
             await self._renew_if_expiring()
             version = self.credentials.version
             try:
-                async with self.slots, self.session.request(
-                        method, url, data=data, headers={**self.auth_headers(), **extra_headers},
-                        timeout=client_timeout, proxy=self.info.proxy_url,
-                ) as response:
-                    await check_response(response)
-                    text = await response.text()
-                    return jsonlib.loads(text) if text.strip() else None
+                async with self.slots:
+                    with recording.current().api_request(method, url) as call:
+                        async with self.session.request(
+                                method, url, data=data, headers={**self.auth_headers(), **extra_headers},
+                                timeout=client_timeout, proxy=self.info.proxy_url,
+                        ) as response:
+                            call.answered(response.status)
+                            await check_response(response)
+                            text = await response.text()
+                            return jsonlib.loads(text) if text.strip() else None
             except (APIError, *retrying.TRANSIENT_ERRORS) as e:
                 decision = retrying.decide(self.policy, attempts, e, what=f"{method} {url}",
                                            timeout=client_timeout.total)
@@ -345,9 +348,11 @@ class APIContext:
             await self._renew_if_expiring()
             version = self.credentials.version
             try:
-                opening = self.session.request(method, url, headers={**self.auth_headers(), **(headers or {})},
-                                               timeout=client_timeout, proxy=self.info.proxy_url)
-                response = await asyncio.wait_for(opening, timeout=self.timeout)
+                with recording.current().api_request(method, url) as call:
+                    opening = self.session.request(method, url, headers={**self.auth_headers(), **(headers or {})},
+                                                   timeout=client_timeout, proxy=self.info.proxy_url)
+                    response = await asyncio.wait_for(opening, timeout=self.timeout)
+                    call.answered(response.status)
             except asyncio.TimeoutError:
                 raise
             except aiohttp.ClientConnectionError as e:

@@ -17,6 +17,7 @@ only when metrics are asked for.
 """
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import json
 import types
@@ -24,7 +25,6 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping, Sized
 from typing import Any
 
-import aiohttp
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -45,6 +45,7 @@ from kopf._observability.recording import (
     QueueProbe,
     Recorder,
     ReplicaState,
+    RequestScope,
     ResourceKey,
     WatchProbe,
 )
@@ -201,31 +202,14 @@ class MetricsRecorder(Recorder):
 
     # The API client.
 
-    def http_tracing(self) -> list[Any]:
-        config = aiohttp.TraceConfig()
-        config.on_request_start.append(self._request_started)
-        config.on_request_end.append(self._request_ended)
-        config.on_request_exception.append(self._request_failed)
-        return [config]
+    def api_request(self, method: str, url: str) -> RequestScope:
+        return _Request(self, method, url)
 
-    async def _request_started(self, session: Any, context: types.SimpleNamespace,
-                               params: aiohttp.TraceRequestStartParams) -> None:
-        context.kopf_started = self.clock.monotonic()
-
-    async def _request_ended(self, session: Any, context: types.SimpleNamespace,
-                             params: aiohttp.TraceRequestEndParams) -> None:
-        self._request(context, params.method, str(params.url), str(params.response.status))
-
-    async def _request_failed(self, session: Any, context: types.SimpleNamespace,
-                              params: aiohttp.TraceRequestExceptionParams) -> None:
-        self._request(context, params.method, str(params.url), 'error')
-
-    def _request(self, context: types.SimpleNamespace, method: str, url: str, code: str) -> None:
+    def _requested(self, method: str, url: str, code: str, seconds: float | None) -> None:
         verb, resource = labels.request_labels(method, url)
         self.api_requests.labels(verb, resource, code).inc()
-        started = getattr(context, 'kopf_started', None)
-        if started is not None:
-            self.api_duration.labels(verb, resource).observe(self.clock.monotonic() - started)
+        if seconds is not None:
+            self.api_duration.labels(verb, resource).observe(seconds)
 
     def api_retry(self, method: str, url: str, *, throttled: bool, delay: float) -> None:
         verb, resource = labels.request_labels(method, url)
@@ -283,6 +267,33 @@ class _Cycle(CycleScope):
         label = recorder.label(self.resource)
         recorder.cycles.labels(label, self.cause).inc()
         recorder.cycle_duration.labels(label, self.cause).observe(recorder.clock.monotonic() - self._started)
+
+
+class _Request(RequestScope):
+    """One API request: counted by its status (``error`` without one), timed until its status has arrived."""
+
+    __slots__ = ('_method', '_recorder', '_started', '_status', '_url')
+
+    def __init__(self, recorder: MetricsRecorder, method: str, url: str) -> None:
+        self._recorder = recorder
+        self._method = method
+        self._url = url
+        self._started = 0.0
+        self._status: int | None = None
+
+    def __enter__(self) -> _Request:
+        self._started = self._recorder.clock.monotonic()
+        return self
+
+    def answered(self, status: int) -> None:
+        self._status = status
+        seconds = self._recorder.clock.monotonic() - self._started
+        self._recorder._requested(self._method, self._url, str(status), seconds)
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: types.TracebackType | None) -> None:
+        if self._status is None and not isinstance(exc, asyncio.CancelledError):  # cancelled: not the server's
+            self._recorder._requested(self._method, self._url, 'error' if exc is not None else 'none', None)
 
 
 class _HandlerInstruments:

@@ -57,6 +57,20 @@ class HandlerScope:
         """The call's outcome as the retry policy judged it: final or not, and the error if it failed."""
 
 
+class RequestScope:
+    """One API request: entered before it is sent, told its status when the headers arrive; this one records nothing."""
+
+    def __enter__(self) -> RequestScope:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: types.TracebackType | None) -> None:
+        return None
+
+    def answered(self, status: int) -> None:
+        """The response's status has arrived (its body may follow); without it, the request has failed."""
+
+
 class QueueProbe:
     """The per-object queue of one watch stream: events arrive, workers take them; this one records nothing."""
 
@@ -108,6 +122,7 @@ class Gate(Protocol):
 
 NULL_CYCLE = CycleScope()
 NULL_HANDLER = HandlerScope()
+NULL_REQUEST = RequestScope()
 NULL_QUEUE = QueueProbe()
 NULL_WATCH = WatchProbe()
 
@@ -168,9 +183,9 @@ class Recorder:
 
     # The API client.
 
-    def http_tracing(self) -> list[Any]:
-        """The ``aiohttp.TraceConfig`` objects that observe the API client's requests (none: not observed)."""
-        return []
+    def api_request(self, method: str, url: str) -> RequestScope:
+        """An API request is sent (each attempt; a watch: until its headers arrive)."""
+        return NULL_REQUEST
 
     def api_retry(self, method: str, url: str, *, throttled: bool, delay: float) -> None:
         """A request is repeated after ``delay`` seconds: a transient failure, or a 429 waited out."""

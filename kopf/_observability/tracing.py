@@ -32,7 +32,6 @@ import types
 from collections.abc import Mapping, Sequence, Sized
 from typing import Any
 
-import aiohttp
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource as OTelResource
@@ -50,6 +49,7 @@ from kopf._observability.recording import (
     QueueProbe,
     Recorder,
     ReplicaState,
+    RequestScope,
     ResourceKey,
     WatchProbe,
 )
@@ -211,38 +211,8 @@ class TracingRecorder(Recorder):
     def handler(self, resource: ResourceKey | None, cause: str, handler_id: str) -> HandlerScope:
         return _HandlerSpan(self.tracer, handler_id, cause, self.inner.handler(resource, cause, handler_id))
 
-    def http_tracing(self) -> list[Any]:
-        config = aiohttp.TraceConfig()
-        config.on_request_start.append(self._request_started)
-        config.on_request_end.append(self._request_ended)
-        config.on_request_exception.append(self._request_failed)
-        return [*self.inner.http_tracing(), config]
-
-    async def _request_started(self, session: Any, context: types.SimpleNamespace,
-                               params: aiohttp.TraceRequestStartParams) -> None:
-        url = str(params.url)
-        verb, resource = labels.request_labels(params.method, url)
-        context.kopf_span = self.tracer.start_span(f"{verb} {resource}", kind=SpanKind.CLIENT, attributes={
-            'http.request.method': params.method, 'url.full': url.split('?', 1)[0], 'kopf.verb': verb,
-            'kopf.resource': resource})
-
-    async def _request_ended(self, session: Any, context: types.SimpleNamespace,
-                             params: aiohttp.TraceRequestEndParams) -> None:
-        span: Span | None = getattr(context, 'kopf_span', None)
-        if span is not None:
-            status = params.response.status
-            span.set_attribute('http.response.status_code', status)
-            if status >= 400:
-                span.set_status(Status(StatusCode.ERROR, f"{status} {params.response.reason or ''}".strip()))
-            span.end()
-
-    async def _request_failed(self, session: Any, context: types.SimpleNamespace,
-                              params: aiohttp.TraceRequestExceptionParams) -> None:
-        span: Span | None = getattr(context, 'kopf_span', None)
-        if span is not None:
-            span.record_exception(params.exception)
-            span.set_status(Status(StatusCode.ERROR, type(params.exception).__name__))
-            span.end()
+    def api_request(self, method: str, url: str) -> RequestScope:
+        return _RequestSpan(self.tracer, method, url, self.inner.api_request(method, url))
 
     # Everything else is the inner recorder's.
 
@@ -296,6 +266,43 @@ class TracingRecorder(Recorder):
 
     def follow_readiness(self, problem: Any) -> None:
         self.inner.follow_readiness(problem)
+
+
+class _RequestSpan(RequestScope):
+    """A client span of one API request, a child of the current span (a cycle's, a handler's); not made current."""
+
+    __slots__ = ('_inner', '_method', '_span', '_tracer', '_url')
+
+    def __init__(self, tracer: trace.Tracer, method: str, url: str, inner: RequestScope) -> None:
+        self._tracer = tracer
+        self._method = method
+        self._url = url
+        self._inner = inner
+        self._span: Span | None = None
+
+    def __enter__(self) -> _RequestSpan:
+        verb, resource = labels.request_labels(self._method, self._url)
+        self._span = self._tracer.start_span(f"{verb} {resource}", kind=SpanKind.CLIENT, attributes={
+            'http.request.method': self._method, 'url.full': self._url.split('?', 1)[0], 'kopf.verb': verb,
+            'kopf.resource': resource})
+        self._inner.__enter__()
+        return self
+
+    def answered(self, status: int) -> None:
+        self._inner.answered(status)
+        if self._span is not None:
+            self._span.set_attribute('http.response.status_code', status)
+            if status >= 400:
+                self._span.set_status(Status(StatusCode.ERROR, str(status)))
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: types.TracebackType | None) -> None:
+        self._inner.__exit__(exc_type, exc, tb)
+        if self._span is not None:
+            if exc is not None and not isinstance(exc, GeneratorExit):
+                self._span.record_exception(exc)
+                self._span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            self._span.end()
 
 
 class _CurrentSpan:

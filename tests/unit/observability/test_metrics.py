@@ -1,5 +1,5 @@
 """The Prometheus recorder: what each instrumented place counts, times and measures, on a clock moved by hand."""
-import types
+import asyncio
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -150,20 +150,20 @@ def test_watches_count_events_and_restarts_and_show_the_open_streams_and_the_age
 
 
 async def test_api_requests_are_counted_by_verb_resource_and_code_and_timed(recorder, clock):
-    [config] = recorder.http_tracing()
-    context = types.SimpleNamespace()
     url = 'https://k/apis/kopf.dev/v1/namespaces/ns/kopfexamples/ex'
-    await config.on_request_start[0](None, context, types.SimpleNamespace(method='PATCH', url=url))
-    clock.advance(0.04)
-    await config.on_request_end[0](None, context, types.SimpleNamespace(
-        method='PATCH', url=url, response=types.SimpleNamespace(status=409)))
-    await config.on_request_start[0](None, context, types.SimpleNamespace(method='GET', url=url + 's'))
-    await config.on_request_exception[0](None, context, types.SimpleNamespace(
-        method='GET', url='https://k/api/v1/pods?watch=true', exception=OSError()))
+    with recorder.api_request('PATCH', url) as call:
+        clock.advance(0.04)
+        call.answered(409)
+        clock.advance(1.0)  # the body is read: not in the latency
+    with pytest.raises(OSError), recorder.api_request('GET', 'https://k/api/v1/pods?watch=true'):
+        raise OSError()
+    with pytest.raises(asyncio.CancelledError), recorder.api_request('GET', 'https://k/api/v1/pods'):
+        raise asyncio.CancelledError()  # not the server's doing: not counted
     labels = {'verb': 'PATCH', 'resource': 'kopfexamples.kopf.dev'}
     assert value(recorder, 'kopf_api_requests_total', **labels, code='409') == 1
     assert value(recorder, 'kopf_api_request_duration_seconds_sum', **labels) == pytest.approx(0.04)
     assert value(recorder, 'kopf_api_requests_total', verb='WATCH', resource='pods', code='error') == 1
+    assert value(recorder, 'kopf_api_requests_total', verb='LIST', resource='pods') == 0
 
     recorder.api_retry('GET', 'https://k/api/v1/namespaces/ns/pods', throttled=True, delay=3.0)
     recorder.api_retry('GET', 'https://k/api/v1/namespaces/ns/pods', throttled=False, delay=0.5)

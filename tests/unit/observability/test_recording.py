@@ -13,7 +13,7 @@ BODY = {'metadata': {'name': 'ex', 'namespace': 'ns', 'uid': 'u'}}
 def test_the_default_recorder_is_the_null_one_and_records_nothing():
     assert recording.current() is NULL
     assert not NULL.enabled
-    assert NULL.http_tracing() == []
+    assert NULL.api_request('GET', 'https://k/api') is recording.NULL_REQUEST
 
 
 ERROR = TimeoutError()
@@ -43,6 +43,8 @@ def _everything(recorder: Recorder) -> None:
     recorder.daemon_restarted(RESOURCE, 'fn', 'daemon')
     recorder.daemon_ended(RESOURCE, 'daemon')
     recorder.webhook('fn', 'allowed')
+    with recorder.api_request('GET', 'https://x/api/v1/pods') as request:
+        request.answered(200)
     recorder.api_retry('GET', 'https://x/api/v1/pods', throttled=True, delay=1.0)
     recorder.lease_renewed('ha', 0.1)
     recorder.lease_failed('ha', ERROR)
