@@ -238,6 +238,8 @@ def test_peering_one_replica_handles_freeze_pauses_it_resume_and_a_higher_priori
         wait_for(lambda: time.time() > frozen_at + previous, what="the leader's lease to be past its duration")
         looked = lease_reads(kube)
         first.wait(lambda: lease_reads(kube) >= looked + 6, what="the replicas to look at the lease again")
+        lease_now = kube.get(f'/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{lease}')
+        assert lease_now['spec']['holderIdentity'] == 'frozen:tester'  # nobody has taken it
         assert handled_by('o2') is None
         assert not ticks(first.process.pid, since=paused + 1.5)  # timers stop too (within a second)
         assert not [c for c in read_calls(calls) if c['pid'] == second.process.pid]
