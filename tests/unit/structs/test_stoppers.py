@@ -12,7 +12,7 @@ from kopf._structs.stoppers import (
     DaemonStoppingReason,
     SyncDaemonStopperChecker,
 )
-from tests.unit.conftest import idle
+from tests.unit.conftest import idle, until
 
 
 def test_a_new_stopper_is_not_stopped():
@@ -81,7 +81,7 @@ def in_another_thread(fn):
     return thread, results
 
 
-def until(condition, *, timeout=10.0):
+def until_in_threads(condition, *, timeout=10.0):
     """Let other threads run until the condition holds; the timeout only turns a hang into a failure."""
     deadline = time.monotonic() + timeout
     while not condition():
@@ -92,7 +92,7 @@ def until(condition, *, timeout=10.0):
 def test_sync_wait_wakes_up_when_stopped_from_another_thread():
     stopper = DaemonStopper()
     thread, results = in_another_thread(lambda: stopper.sync_checker.wait(10))
-    until(lambda: waiting_in_threads(stopper))
+    until_in_threads(lambda: waiting_in_threads(stopper))
     started = time.monotonic()
     stopper.set()
     thread.join(timeout=5)
@@ -102,21 +102,13 @@ def test_sync_wait_wakes_up_when_stopped_from_another_thread():
 
 async def until_waiting(stopper):
     """Until an async waiter has registered itself with the stopper."""
-    await until_async(lambda: stopper._waiters)
-
-
-async def until_async(condition):
-    for _ in range(10_000):
-        if condition():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("The condition never came true.")
+    await until(lambda: stopper._waiters)
 
 
 async def test_async_wait_times_out_when_not_stopped(clock):
     checker = DaemonStopper(clock=clock).async_checker
     waiting = asyncio.create_task(checker.wait(0.5))
-    await until_async(lambda: clock.next_deadline is not None)
+    await until(lambda: clock.next_deadline is not None)
     clock.advance(0.25)
     await idle()
     assert not waiting.done()
@@ -168,7 +160,7 @@ def test_a_waiter_in_another_loop_is_woken_too():
 
     thread = threading.Thread(target=other_loop)
     thread.start()
-    until(lambda: stopper._waiters)
+    until_in_threads(lambda: stopper._waiters)
     stopper.set()
     thread.join(timeout=5)
     assert results == [True]
