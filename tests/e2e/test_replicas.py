@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 import yaml
 
+from kopf.testing import KubeAPI, KubeAPIError, wait_for
 from tests.e2e.harness import OPERATORS, REPO, OperatorProcess, kopf_run, read_calls
-from tests.e2e.kubeapi import KubeAPI, KubeAPIError, wait_for
 
 GROUP, VERSION, PLURAL = 'e2e.kopf.dev', 'v1', 'shardeds'
 CRD: dict[str, Any] = {
