@@ -474,6 +474,7 @@ class KubeAPIAs(KubeAPI):
         self.server = admin.server
         self.ssl = ssl.create_default_context(cafile=config['clusters'][0]['cluster']['certificate-authority'])
         self.ssl.load_cert_chain(user['client-certificate'], user['client-key'])
+        self.headers = {}
 
     def allowed(self, path: str) -> bool:
         try:
