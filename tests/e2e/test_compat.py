@@ -37,9 +37,9 @@ from typing import Any
 import pytest
 
 from benchmarks import apimetrics
+from kopf.testing import KubeAPI, wait_for
 from tests.e2e import peers
 from tests.e2e.harness import OPERATORS, REPO, TIMEOUT, OperatorProcess, kopf_run, read_calls
-from tests.e2e.kubeapi import KubeAPI, wait_for
 
 KOPF = '1.45.2'
 COMPAT = OPERATORS / 'compat'

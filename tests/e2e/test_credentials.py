@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from benchmarks import apimetrics
+from kopf.testing import KubeAPI, wait_for
 from tests.e2e.harness import OPERATORS, OperatorProcess, read_calls
-from tests.e2e.kubeapi import KubeAPI, wait_for
 
 PREFIX = 'kopf.zalando.org'
 HANDLERS = ['alpha', 'beta', 'gamma']

@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from kopf.testing import KubeAPI
 from tests.e2e.harness import OperatorProcess, read_calls
-from tests.e2e.kubeapi import KubeAPI
 
 
 def configmap(name: str, **labels: str) -> dict[str, object]:

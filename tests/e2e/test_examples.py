@@ -22,10 +22,9 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from tests.e2e.controlplane import ControlPlane
+from kopf.testing import ControlPlane, KubeAPI, KubeAPIError, wait_for
 from tests.e2e.harness import REPO, TIMEOUT, kopf_run
 from tests.e2e.harness import OperatorProcess as Operator
-from tests.e2e.kubeapi import KubeAPI, KubeAPIError, wait_for
 
 T = TypeVar('T')
 

@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
+from kopf.testing import KubeAPI, wait_for
 from tests.e2e.faultproxy import Fault, FaultProxy, RandomFaults
 from tests.e2e.harness import OPERATORS, OperatorProcess, read_calls
-from tests.e2e.kubeapi import KubeAPI, wait_for
 
 PREFIX = 'kopf.zalando.org'
 HANDLERS = ['alpha', 'beta', 'gamma']

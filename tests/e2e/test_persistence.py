@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from kopf.testing import KubeAPI, wait_for
 from tests.e2e.harness import handlers_called, read_calls
-from tests.e2e.kubeapi import KubeAPI, wait_for
 
 GROUP, VERSION = 'e2e.kopf.dev', 'v1'
 

@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 import yaml
 
+from kopf.testing import KubeAPI, KubeAPIError, wait_for
 from tests.e2e.harness import OPERATORS, REPO, OperatorProcess, kopf_run, read_calls
-from tests.e2e.kubeapi import KubeAPI, KubeAPIError, wait_for
 
 GROUP, VERSION, PLURAL = 'e2e.kopf.dev', 'v1', 'shardeds'
 CRD: dict[str, Any] = {
@@ -474,6 +474,7 @@ class KubeAPIAs(KubeAPI):
         self.server = admin.server
         self.ssl = ssl.create_default_context(cafile=config['clusters'][0]['cluster']['certificate-authority'])
         self.ssl.load_cert_chain(user['client-certificate'], user['client-key'])
+        self.headers = {}
 
     def allowed(self, path: str) -> bool:
         try:

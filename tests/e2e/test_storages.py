@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
+from kopf.testing import KubeAPI
 from tests.e2e.harness import OPERATORS, REPO, read_calls
-from tests.e2e.kubeapi import KubeAPI
 
 GROUP, VERSION = 'e2e.kopf.dev', 'v1'
 PLURAL, KIND = 'keeps', 'Keep'

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
+from kopf.testing import KubeAPI
 from tests.e2e import peers
 from tests.e2e.harness import OPERATORS, OperatorProcess, read_calls
-from tests.e2e.kubeapi import KubeAPI
 from tests.e2e.test_persistence import settled
 
 GROUP, VERSION, PLURAL = 'e2e.kopf.dev', 'v1', 'kopfupgrades'
