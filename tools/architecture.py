@@ -33,7 +33,8 @@ BOX_WIDTH, BOX_HEIGHT, GAP_X, GAP_Y, MARGIN = 150, 34, 24, 46, 20
 ROLES = {
     'testing': 'KopfRunner', '__main__': 'python -m kopf', 'cli': 'kopf run, inspect, ...', 'on': 'decorators',
     '_tools': 'inspect, migrate', '_runtime': 'wiring, activities', '_daemons': 'daemons, timers',
-    '_indexing': 'in-memory indexes', '_reconciliation': 'level-based handlers', '_replicas': 'HA, shards, fences', '_admission': 'webhooks',
+    '_indexing': 'in-memory indexes', '_reconciliation': 'level-based handlers', '_replicas': 'HA, shards, fences',
+    '_admission': 'webhooks',
     '_cycle': 'one object, one event', '_handlers': 'declare, call, judge', 'config': 'settings',
     '_storage': 'progress, diff-base', '_kube': 'the API client', 'errors': 'public errors',
     '_structs': 'pure data',

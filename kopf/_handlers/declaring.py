@@ -13,14 +13,14 @@ preceded by ``parent/`` for a sub-handler.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Mapping
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Collection, Hashable, Mapping
+from typing import Any, Generic, TypeVar, cast
 
 from kopf._handlers.filters import check_field_filters
 from kopf._handlers.registries import BaseHandler, Relation, check_id, check_policy_types
 from kopf._structs import dicts
 from kopf._structs.ids import HandlerId
-from kopf._structs.resources import Selector
+from kopf._structs.resources import ResourceArg, Selector
 from kopf._structs.reviews import OPERATIONS, Operation
 
 H = TypeVar('H', bound=BaseHandler)
@@ -161,10 +161,10 @@ def _related(entry: Any, option: str) -> Selector:
             selector = entry
         elif isinstance(entry, tuple):
             selector = Selector.from_args(*entry)
-        elif isinstance(entry, str):
-            selector = Selector.from_args(entry)
+        elif isinstance(entry, Hashable):
+            selector = Selector.from_args(cast(ResourceArg, entry))  # from_args says what it cannot take
         else:
-            raise TypeError(f"got {type(entry).__name__}")
+            raise TypeError(f"a {type(entry).__name__} cannot name one")
     except (TypeError, ValueError) as e:
         raise ValueError(f"{option}= names resources as the decorators do ('configmaps', 'deployments.apps', "
                          f"('apps', 'v1', 'deployments')): {entry!r} is none ({e}).") from None
