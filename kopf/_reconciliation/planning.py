@@ -10,11 +10,14 @@ the executor (:mod:`.reconciler`) does, and asks these functions.
 The rules:
 
 * **Coalescing.** A trigger (the object has appeared or changed, a child
-  has changed) does not call at once: the call is due once no other trigger
-  has come for ``coalesce`` seconds -- or ``max_coalesce`` seconds after the
-  first trigger of a burst, whichever comes first, so that a steady stream of
-  changes does not hold the object back for ever. A burst of a hundred child
-  events gives one call after the burst, not a hundred.
+  has changed) that comes after a quiet time -- at least ``coalesce``
+  seconds after the previous call began -- calls at once: a single change
+  is repaired as fast as it can be. The triggers that follow it closely are
+  a burst: their call is due once no other trigger has come for
+  ``coalesce`` seconds -- or ``max_coalesce`` seconds after the first of
+  them, whichever comes first, so that a steady stream of changes does not
+  hold the object back for ever. A burst of a hundred child events gives
+  a call at its start and one after it, not a hundred.
 * **Never concurrent.** While a call runs, nothing is due; triggers that
   come meanwhile wait in the slot, and the next call answers them all.
 * **Back-off.** A failed call is retried after ``backoff`` seconds, doubled
@@ -126,6 +129,7 @@ class Slot:
     last: float | None = None  # when the latest waiting trigger came
     urgent: bool = False  # a waiting trigger does not wait for the back-off (the object itself has changed)
     running: bool = False
+    called: float | None = None  # when the latest call began
     failures: int = 0  # calls failed in a row
     retry_at: float | None = None
     requeue_at: float | None = None
@@ -161,7 +165,10 @@ def due(slot: Slot, policy: Policy) -> float | None:
         return None
     coalesced: float | None = None
     if slot.triggers and slot.first is not None and slot.last is not None:
-        coalesced = min(slot.last + policy.coalesce, slot.first + policy.max_coalesce)
+        if slot.called is None or slot.first - slot.called >= policy.coalesce:
+            coalesced = slot.first  # after a quiet time: at once
+        else:
+            coalesced = min(slot.last + policy.coalesce, slot.first + policy.max_coalesce)
     if slot.retry_at is not None:  # everything waits for the retry, but a change of the object itself
         return min(coalesced, slot.retry_at) if coalesced is not None and slot.urgent else slot.retry_at
     times = [when for when in (coalesced, slot.requeue_at, slot.resync_at) if when is not None]
@@ -176,8 +183,17 @@ def start(slot: Slot, *, now: float) -> tuple[Slot, frozenset[Trigger]]:
         if scheduled is not None and scheduled <= now:
             answered.add(what)
     started = dataclasses.replace(slot, triggers=frozenset(), first=None, last=None, urgent=False, running=True,
-                                  retry_at=None, requeue_at=None, resync_at=None)
+                                  called=now, retry_at=None, requeue_at=None, resync_at=None)
     return started, frozenset(answered)
+
+
+def interrupt(slot: Slot, answered: frozenset[Trigger], *, now: float) -> Slot:
+    """A call has not ended (cancelled, or broken by a bug of ours): what it was to answer waits again."""
+    waiting = (slot.triggers | answered) - {Trigger.RETRY, Trigger.REQUEUE, Trigger.RESYNC}
+    if not waiting:
+        waiting = frozenset({Trigger.OBJECT})
+    return dataclasses.replace(slot, running=False, triggers=waiting, first=slot.first if slot.first is not None
+                               else now, last=slot.last if slot.last is not None else now)
 
 
 def finish(slot: Slot, outcome: Outcome, *, now: float, policy: Policy) -> Slot:

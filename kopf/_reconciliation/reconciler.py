@@ -57,7 +57,7 @@ from kopf._cycle.causation import Cause
 from kopf._cycle.queueing import Gate
 from kopf._handlers import execution, invocation
 from kopf._handlers.arguments import Arguments, Named, ObjectArguments, OperatorArguments
-from kopf._handlers.loggers import ObjectLogger
+from kopf._handlers.loggers import LocalObjectLogger, ObjectLogger
 from kopf._handlers.reasons import Reason
 from kopf._handlers.registries import OperatorRegistry, ReconcilingHandler, ResourceKey
 from kopf._kube import applying, patching
@@ -85,6 +85,9 @@ ChildrenOf = Callable[[str, Mapping[str, Any], ReconcilingHandler], Children]
 Patcher = Callable[[Body, Patch, Logger], Awaitable[Mapping[str, Any] | None]]
 ChildKey = tuple[Resource, str]  # a child's resource and uid
 
+
+# With replicas: how often to forget the objects that are not this replica's any more.
+PATROL_INTERVAL = 5.0
 
 # Errors whose message says all: logged without their tracebacks.
 _EXPLAINED = (TemporaryError, PermanentError, execution.ResultError, applying.ApplyConflictError)
@@ -169,6 +172,7 @@ class Reconciler:
         limit = config.batching.worker_limit
         self._limiter = asyncio.Semaphore(limit) if limit else None
         self._scheduler: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()  # the running calls, also of objects forgotten meanwhile
 
     # What the others tell it.
 
@@ -220,12 +224,11 @@ class Reconciler:
         return self._names.get((namespace if self.resource.namespaced else None, name))
 
     def forget(self, key: str) -> None:
+        """Not to be reconciled here any more (a running call finishes, but nothing follows it)."""
         obj = self._objects.pop(key, None)
         if obj is not None:
             meta = obj.body.get('metadata') or {}
             self._names.pop((meta.get('namespace'), meta.get('name') or ''), None)
-            if obj.task is not None:
-                obj.task.cancel()
 
     async def _essence(self, body: Body) -> bytes:
         return await essence_of(body, self._config)
@@ -238,7 +241,7 @@ class Reconciler:
 
     async def close(self) -> None:
         """Stop calling; let the running calls finish (they are cancelled if the caller is)."""
-        tasks = [obj.task for obj in self._objects.values() if obj.task is not None]
+        tasks = list(self._tasks)
         if self._scheduler is not None:
             self._scheduler.cancel()
         try:
@@ -254,7 +257,8 @@ class Reconciler:
         obj = self._objects.get(key)
         if obj is None or obj.task is not None:
             return
-        times = [planning.due(obj.slots[handler.id], self._policies[handler.id]) for handler in self.handlers]
+        times = [planning.due(obj.slots[handler.id], self._policies[handler.id])
+                 for handler in self.handlers if handler.id in obj.slots]  # all of them once it is restored
         soonest = min((t for t in times if t is not None), default=None)
         if soonest is None or soonest == obj.due:
             return
@@ -264,8 +268,12 @@ class Reconciler:
             self._wake.set()
 
     async def _schedule(self) -> None:
+        patrolled = self._clock.monotonic()
         while True:
             now = self._clock.monotonic()
+            if self._gate is not None and now - patrolled >= PATROL_INTERVAL:
+                patrolled = now
+                self._patrol()
             while self._heap and self._heap[0][0] <= now:
                 when, _, key = heapq.heappop(self._heap)
                 obj = self._objects.get(key)
@@ -274,8 +282,19 @@ class Reconciler:
                 obj.due = None
                 if obj.task is None:
                     obj.task = asyncio.create_task(self._run(key, obj), name=f"kopf reconciling {key}")
+                    self._tasks.add(obj.task)
+                    obj.task.add_done_callback(self._tasks.discard)
             self._wake.clear()
-            await self._sleep(self._heap[0][0] - now if self._heap else None)
+            delays = [self._heap[0][0] - now] if self._heap else []
+            if self._gate is not None:
+                delays.append(patrolled + PATROL_INTERVAL - now)
+            await self._sleep(min(delays) if delays else None)
+
+    def _patrol(self) -> None:
+        """Forget the objects that another replica handles now: if one comes back, it is new here again."""
+        assert self._gate is not None
+        for key in [key for key in self._objects if not self._gate.admits(key)]:
+            self.forget(key)
 
     async def _sleep(self, seconds: float | None) -> None:
         """Until the soonest call is due, or something sooner is scheduled."""
@@ -322,9 +341,28 @@ class Reconciler:
     # One call.
 
     async def _call(self, obj: _Object, handler: ReconcilingHandler) -> None:
-        policy = self._policies[handler.id]
+        """One call, whatever happens to it: its slot never stays running."""
         slot, triggers = planning.start(obj.slots[handler.id], now=self._clock.monotonic())
         obj.slots[handler.id] = slot
+        policy = self._policies[handler.id]
+        finished = False
+        try:
+            try:
+                outcome = await self._attempt(obj, handler, slot, triggers)
+            except Exception as e:  # a bug of ours, not of the handler (its errors are judged): backed off too
+                outcome = Outcome(Verdict.RETRY, delay=policy.backoff_after(slot.failures + 1), error=e)
+                ObjectLogger(body=obj.body).exception("Reconciling with %s has failed unexpectedly: %s. It is tried "
+                                                      "again in %gs.", handler, e, outcome.delay)
+            obj.slots[handler.id] = planning.finish(obj.slots[handler.id], outcome, now=self._clock.monotonic(),
+                                                    policy=policy)
+            finished = True
+        finally:
+            if not finished:  # cancelled: what it was to answer waits for the next call
+                obj.slots[handler.id] = planning.interrupt(obj.slots[handler.id], triggers,
+                                                           now=self._clock.monotonic())
+
+    async def _attempt(self, obj: _Object, handler: ReconcilingHandler, slot: Slot,
+                       triggers: frozenset[Trigger]) -> Outcome:
         body = Body(obj.body)
         log = ObjectLogger(body=body)
         patch = Patch()
@@ -339,13 +377,12 @@ class Reconciler:
             outcome = await self._invoke(obj, handler, arguments.for_handler(handler).with_attempt(past),
                                          triggers=triggers, logger=log)
             outcome = self._delayed(handler, outcome, failures=slot.failures + 1, logger=log)
-            self._report(handler, outcome, logger=log)
+            self._report(handler, outcome, logger=log, quiet=LocalObjectLogger(body=body))
             await self._record(obj, handler, outcome, body=body, patch=patch, failures=slot.failures + 1, logger=log)
             if outcome.verdict == Verdict.SUCCESS and outcome.result is not None:
                 patch.status[handler.id] = outcome.result
             await self._send(obj, body=body, patch=patch, logger=log)
-        obj.slots[handler.id] = planning.finish(obj.slots[handler.id], outcome, now=self._clock.monotonic(),
-                                                policy=policy)
+        return outcome
 
     async def _invoke(self, obj: _Object, handler: ReconcilingHandler, arguments: Arguments, *,
                       triggers: frozenset[Trigger], logger: Logger) -> Outcome:
@@ -382,14 +419,20 @@ class Reconciler:
             return dataclasses.replace(outcome, delay=min(outcome.delay or 0.0, execution.MAX_DELAY))
         return outcome
 
-    def _report(self, handler: ReconcilingHandler, outcome: Outcome, *, logger: Logger) -> None:
-        """One line per call; a traceback only for the errors that do not explain themselves."""
+    def _report(self, handler: ReconcilingHandler, outcome: Outcome, *, logger: Logger, quiet: Logger) -> None:
+        """
+        One line per call; a traceback only for the errors that do not explain themselves.
+
+        Successes go to the operator's log only (``quiet``): a level-based
+        handler is called often, and an Event per call would double the API
+        requests of a repair. Failures are posted as Events, as for other handlers.
+        """
         error = outcome.error
         trace = None if error is None or isinstance(error, _EXPLAINED) else error
         if outcome.verdict == Verdict.SUCCESS and error is None:
-            logger.info("%s succeeded.", handler)
+            quiet.info("%s succeeded.", handler)
         elif outcome.verdict == Verdict.REQUEUE:
-            logger.info("%s succeeded; it is called again in %gs.", handler, outcome.delay)
+            quiet.info("%s succeeded; it is called again in %gs.", handler, outcome.delay)
         elif outcome.verdict == Verdict.SUCCESS:
             logger.error("%s failed with an exception; it is ignored (errors=IGNORED).", handler, exc_info=trace)
         elif outcome.verdict == Verdict.RETRY and isinstance(error, execution.ResultError):

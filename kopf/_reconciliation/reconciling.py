@@ -199,8 +199,9 @@ class OperatorReconciliation:
         for reconciler, handler, relation in self._watchers(resource):
             names = await self._map(handler, relation, obj) if body is not None else None
             links = self._related.setdefault(handler, Links())
+            scoped = reconciler.resource.namespaced  # a cluster-scoped owner is named without a namespace
             linked = links.owners(resource, uid) if names is None else frozenset(
-                f"{namespace or ''}/{name}" for namespace, name in names)
+                f"{(namespace or '') if scoped else ''}/{name}" for namespace, name in names)
             self._relink(links, resource, uid, body, linked, version=version,
                          targets=[(reconciler, [handler.id])], by_name=True)
 

@@ -47,22 +47,39 @@ def calls(events: list[float], *, policy: Policy = POLICY, duration: float = 0.0
 
 # Coalescing.
 
-def test_a_trigger_calls_after_the_quiet_window():
+def test_a_first_trigger_calls_at_once():
     slot = planning.trigger(Slot(), Trigger.OBJECT, now=10.0)
-    assert planning.due(slot, POLICY) == pytest.approx(10.25)
+    assert planning.due(slot, POLICY) == 10.0
 
 
-def test_a_burst_of_a_hundred_triggers_in_a_second_is_one_call_after_it():
+def test_a_trigger_after_a_quiet_time_calls_at_once():
+    slot, _ = run(Slot(), at=10.0)
+    slot = planning.trigger(slot, Trigger.CHILDREN, now=10.3)
+    assert planning.due(slot, POLICY) == 10.3
+
+
+def test_a_trigger_soon_after_a_call_waits_for_a_quiet_window():
+    slot, _ = run(Slot(), at=10.0)
+    slot = planning.trigger(slot, Trigger.CHILDREN, now=10.1)
+    assert planning.due(slot, POLICY) == pytest.approx(10.35)
+    slot = planning.trigger(slot, Trigger.CHILDREN, now=10.3)
+    assert planning.due(slot, POLICY) == pytest.approx(10.55)
+
+
+def test_a_burst_of_a_hundred_triggers_in_a_second_is_a_call_at_its_start_and_one_after_it():
     burst = [i * 0.01 for i in range(100)]  # 0.00 ... 0.99
-    assert calls(burst) == [pytest.approx(0.99 + 0.25)]
+    assert calls(burst) == [0.0, pytest.approx(0.99 + 0.25)]
 
 
 def test_a_steady_stream_of_triggers_is_called_at_least_every_max_coalesce():
     steady = [i * 0.1 for i in range(50)]  # every 0.1s for 5s: never quiet for 0.25s
     began = calls(steady)
-    assert began[0] == pytest.approx(POLICY.max_coalesce)
-    assert all(later - earlier <= POLICY.max_coalesce + 1e-9 for earlier, later in itertools.pairwise(began))
-    assert len(began) == 3  # at 2, 4, and after the stream at 4.9 + 0.25
+    assert all(later - earlier <= POLICY.max_coalesce + 0.1 + 1e-9 for earlier, later in itertools.pairwise(began))
+    assert began == [0.0, pytest.approx(2.1), pytest.approx(4.1), pytest.approx(4.9 + 0.25)]
+
+
+def test_separate_triggers_are_separate_calls():
+    assert calls([0.0, 1.0, 2.0]) == [0.0, 1.0, 2.0]
 
 
 def test_the_longest_hold_grows_with_the_window():
@@ -71,7 +88,8 @@ def test_the_longest_hold_grows_with_the_window():
 
 
 def test_zero_coalescing_calls_at_once():
-    slot = planning.trigger(Slot(), Trigger.OBJECT, now=3.0)
+    slot, _ = run(Slot(), at=3.0)
+    slot = planning.trigger(slot, Trigger.OBJECT, now=3.0)
     assert planning.due(slot, Policy(coalesce=0)) == 3.0
 
 
@@ -139,19 +157,19 @@ def test_childrens_triggers_wait_for_the_back_off():
 def test_a_change_of_the_object_does_not_wait_for_the_back_off():
     slot, _ = run(Slot(), at=0, outcome=RETRY)
     slot, _ = run(slot, at=1, outcome=RETRY)  # the next retry at 3
-    slot = planning.trigger(slot, Trigger.OBJECT, now=1.1, urgent=True)
-    assert planning.due(slot, POLICY) == pytest.approx(1.35)
-    slot, triggers = planning.start(slot, now=1.35)
+    slot = planning.trigger(slot, Trigger.OBJECT, now=1.5, urgent=True)
+    assert planning.due(slot, POLICY) == pytest.approx(1.5)
+    slot, triggers = planning.start(slot, now=1.5)
     assert triggers == {Trigger.OBJECT}
-    slot = planning.finish(slot, RETRY, now=1.35, policy=POLICY)
-    assert slot.failures == 3 and planning.due(slot, POLICY) == pytest.approx(1.35 + 4)  # and counts on
+    slot = planning.finish(slot, RETRY, now=1.5, policy=POLICY)
+    assert slot.failures == 3 and planning.due(slot, POLICY) == pytest.approx(1.5 + 4)  # and counts on
 
 
 def test_a_permanent_failure_is_not_retried_but_the_next_trigger_calls():
     slot, _ = run(Slot(), at=0, outcome=Outcome(Verdict.FAILED))
     assert planning.due(slot, POLICY) is None
     slot = planning.trigger(slot, Trigger.CHILDREN, now=5)
-    assert planning.due(slot, POLICY) == 5.25
+    assert planning.due(slot, POLICY) == 5
 
 
 def test_a_restored_back_off_holds_the_first_call():
@@ -180,7 +198,7 @@ def test_a_requeue_calls_again_after_its_delay():
 def test_a_trigger_before_the_requeue_answers_it():
     slot, _ = run(Slot(), at=10, outcome=Outcome(Verdict.REQUEUE, delay=5))
     slot = planning.trigger(slot, Trigger.CHILDREN, now=11)
-    slot, _ = run(slot, at=11.25)
+    slot, _ = run(slot, at=11)
     assert planning.due(slot, POLICY) is None
 
 

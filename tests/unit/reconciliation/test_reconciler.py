@@ -117,20 +117,18 @@ def recording(registry, *, results=(), **options):
 
 # When it is called.
 
-async def test_an_object_is_called_once_its_first_event_has_been_quiet_for_the_window(world, registry):
+async def test_an_object_is_called_at_once_when_it_is_first_seen(world, registry):
     calls = recording(registry)
     w = world()
     await w.see(make_body())
-    await w.advance(0.2)
-    assert calls == []
-    await w.advance(0.05)
+    await w.advance(0)
     assert len(calls) == 1
     assert calls[0]['triggers'] == {'object', 'children'}  # the first sight: its children are news too
     assert calls[0]['name'] == 'kex1' and calls[0]['retry'] == 0
     assert isinstance(calls[0]['children'], Children)
 
 
-async def test_a_hundred_child_events_within_a_second_are_one_call(world, registry):
+async def test_a_hundred_child_events_within_a_second_are_a_call_at_once_and_one_after_them(world, registry):
     calls = recording(registry)
     w = world()
     await w.see(make_body())
@@ -139,10 +137,12 @@ async def test_a_hundred_child_events_within_a_second_are_one_call(world, regist
     for i in range(100):
         w.reconciler.poke('uid1', ['fn'], (CONFIGMAPS, 'c1'), str(i))
         await w.advance(0.01)
-    assert len(calls) == 1
-    await w.advance(0.25)
+    assert len(calls) == 2  # the first change after a quiet time: at once
+    await w.advance(0.2)  # 0.01 after the last poke, and 0.2 more
     assert len(calls) == 2
-    assert calls[1]['triggers'] == {'children'}
+    await w.advance(0.05)
+    assert len(calls) == 3  # the rest of the burst: once it has been quiet for 0.25
+    assert calls[1]['triggers'] == calls[2]['triggers'] == {'children'}
 
 
 async def test_our_own_writes_of_the_status_call_nothing_but_a_change_of_the_spec_does(world, registry):
@@ -204,17 +204,17 @@ async def test_a_failing_call_backs_off_exponentially_and_keeps_its_back_off_in_
     calls = recording(registry, results=[ValueError('boom'), kopf.TemporaryError('later', delay=None), None])
     w = world()
     await w.see(make_body())
-    await w.advance(0.25)
+    await w.advance(0)
     record = json.loads(w.patches[-1]['metadata']['annotations'][RECORD])
     assert record['retries'] == 1 and record['message'] == 'boom'
-    assert datetime.datetime.fromisoformat(record['delayed']) == T0 + datetime.timedelta(seconds=1.25)
+    assert datetime.datetime.fromisoformat(record['delayed']) == T0 + datetime.timedelta(seconds=1)
     await w.advance(0.99)
     assert len(calls) == 1
     await w.advance(0.01)
     assert len(calls) == 2 and calls[1]['retry'] == 1 and calls[1]['triggers'] == {'retry'}
     record = json.loads(w.patches[-1]['metadata']['annotations'][RECORD])
     assert record['retries'] == 2 and record['message'] == 'later'
-    assert datetime.datetime.fromisoformat(record['started']) == T0 + datetime.timedelta(seconds=0.25)
+    assert datetime.datetime.fromisoformat(record['started']) == T0
     await w.advance(1.99)
     assert len(calls) == 2
     await w.advance(0.01)
@@ -230,7 +230,7 @@ async def test_the_back_off_is_capped(world, registry):
     calls = recording(registry, results=[ValueError('boom')] * 10, backoff=1, max_backoff=3)
     w = world()
     await w.see(make_body())
-    await w.advance(0.25)
+    await w.advance(0)
     for delay in [1, 2, 3, 3]:
         count = len(calls)
         await w.advance(delay - 0.01)
@@ -290,7 +290,7 @@ async def test_a_requeue_calls_again_after_its_delay(world, registry):
     calls = recording(registry, results=[kopf.Requeue(after=5)])
     w = world()
     await w.see(make_body())
-    await w.advance(0.25)
+    await w.advance(0)
     await w.advance(4.99)
     assert len(calls) == 1
     await w.advance(0.01)
@@ -302,7 +302,7 @@ async def test_resync_calls_again_a_period_after_each_call(world, registry):
     calls = recording(registry, resync=60)
     w = world()
     await w.see(make_body())
-    await w.advance(0.25)
+    await w.advance(0)
     await w.advance(59.99)
     assert len(calls) == 1
     await w.advance(0.01)
@@ -441,3 +441,66 @@ def test_only_the_changes_of_a_patch_are_sent():
     assert effective(patch, body) == {'metadata': {'labels': {'c': '3'}}}
     assert effective({'status': {'fn': {'x': [2, 1]}}}, body) == {'status': {'fn': {'x': [2, 1]}}}
     assert effective({'spec': None}, body) == {}
+
+
+async def test_a_failure_of_our_own_is_reported_and_backed_off_without_stopping_the_object(world, registry, caplog):
+    calls = recording(registry, results=[{'x': 1}, {'x': 2}])
+    w = world()
+
+    async def broken(body, patch, logger):
+        raise RuntimeError('a bug')
+
+    w.reconciler._patcher = broken
+    await w.see(make_body())
+    await w.advance(0)
+    assert "Reconciling with Reconciler 'fn' has failed unexpectedly: a bug. It is tried again in 1s." in caplog.text
+    await w.advance(1)
+    assert len(calls) == 2 and calls[1]['triggers'] == {'retry'}
+
+
+async def test_a_cancelled_call_is_answered_by_the_next_one(world, registry):
+    release = asyncio.Event()
+    calls = []
+
+    @kopf.on.reconcile('kopfexamples', id='fn', registry=registry, owns=['configmaps'])
+    async def fn(triggers, **_):
+        calls.append(triggers)
+        if len(calls) == 1:
+            await release.wait()
+
+    w = world()
+    await w.see(make_body())
+    await w.advance(0)
+    task, = w.reconciler._tasks
+    task.cancel()
+    await w.advance(0)
+    await w.advance(0.25)
+    assert calls == [{'object', 'children'}, {'object', 'children'}]
+
+
+async def test_objects_of_another_replica_are_forgotten_by_the_patrol(world, registry):
+    class Gate:
+        def __init__(self):
+            self.ours = {'uid-a', 'uid-b'}
+
+        def admits(self, key):
+            return key in self.ours
+
+        @contextlib.asynccontextmanager
+        async def handling(self, key):
+            yield key in self.ours
+
+    gate = Gate()
+    calls = recording(registry)
+    w = world(gate=gate)
+    await w.see(make_body('a', 'uid-a'))
+    await w.see(make_body('b', 'uid-b'))
+    await w.advance(0)
+    gate.ours = {'uid-a'}
+    await w.advance(5)
+    assert w.reconciler.key_of('ns', 'a') == 'uid-a' and w.reconciler.key_of('ns', 'b') is None
+    gate.ours = {'uid-a', 'uid-b'}
+    await w.see(make_body('b', 'uid-b'))  # it is back: new here again
+    await w.advance(0)
+    assert [call['name'] for call in calls] == ['a', 'b', 'b']
+    assert calls[2]['triggers'] == {'object', 'children'}

@@ -227,3 +227,29 @@ async def test_a_related_resource_that_the_cluster_does_not_serve_stops_the_star
     with pytest.raises(ReconciliationError, match=r"Reconciler 'fn' of kopfexamples owns 'bookcases', which the "
                                                   r"cluster does not serve: is the name spelled right"):
         await reconciliation.check(context=context, namespaces=[None])
+
+
+async def test_a_mapper_names_a_cluster_scoped_owner_by_its_name_alone():
+    things = Resource('kopf.dev', 'v1', 'clusterthings', 'ClusterThing', namespaced=False)
+    registry = OperatorRegistry()
+    kopf.on.reconcile('clusterthings', id='fn', registry=registry,
+                      watches={'secrets': lambda labels, **_: labels.get('for')})(lambda **_: None)
+    reconciliation = OperatorReconciliation(registry, config=OperatorConfig(), clock=FakeClock())
+    reconciliation.serve(context=object(), gate=None)
+    stage = reconciliation.stage(things)
+    owner = {'apiVersion': 'kopf.dev/v1', 'kind': 'ClusterThing', 'metadata': {'name': 'owner', 'uid': 'uid-owner'}}
+    arguments = Arguments(operator=OperatorArguments(logger=logging.getLogger('test'), memo=None,
+                                                     config=OperatorConfig()),
+                          object=ObjectArguments(body=Body(owner), patch=Patch(), resource=things))
+    try:
+        await stage(registry, things, Cause(Reason.NOOP), arguments)
+        received = []
+        stage.__self__.poke = lambda *args: received.append(args)
+        secret = {'apiVersion': 'v1', 'kind': 'Secret',
+                  'metadata': {'name': 's1', 'namespace': 'ns', 'uid': 'uid-s1', 'labels': {'for': 'owner'}}}
+        await reconciliation.see(SECRETS, {'type': 'ADDED', 'object': secret})
+        assert [poke[0] for poke in received] == ['uid-owner']
+        handler = registry.get_reconciling_handlers(things)[0]
+        assert len(reconciliation.children('uid-owner', owner, handler)['secrets']) == 1
+    finally:
+        await reconciliation.close()
