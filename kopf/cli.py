@@ -1,5 +1,5 @@
 """
-The ``kopf`` command line: ``kopf run FILE... [-m MODULE]`` and its options; ``kopf inspect`` and ``kopf migrate``.
+The ``kopf`` command line: ``kopf run FILE... [-m MODULE]`` and its options; ``inspect``, ``migrate``, ``manifests``.
 
 Operator code is imported first (which registers its handlers), then the
 operator runs until interrupted. An operator that cannot be imported ends the
@@ -468,3 +468,77 @@ def _operator_registry(paths: Sequence[str], modules: Sequence[str]) -> Operator
         return OperatorRegistry()
     load_operator_code(paths, modules)
     return get_default_registry()
+
+
+@main.command()
+@click.argument('paths', nargs=-1, type=click.Path(dir_okay=False))
+@click.option('-m', '--module', 'modules', multiple=True, help="An operator module to import (repeatable).")
+@click.option('-n', '--namespace', 'namespaces', multiple=True, callback=_namespace_patterns,
+              help="A namespace (or pattern) the operator serves, as with kopf run (repeatable).")
+@click.option('-A', '--all-namespaces', 'clusterwide', is_flag=True, help="The operator serves all namespaces.")
+@click.option('--ha', is_flag=True, help="HA replicas: one handles, the others stand by (Leases, a budget).")
+@click.option('--shards', is_flag=True, help="Sharded replicas: each handles its share (Leases, a budget).")
+@click.option('--replicas', type=click.IntRange(min=1), help="How many replicas (default: 1; 2 with --ha/--shards).")
+@click.option('-L', '--liveness', 'liveness_endpoint', metavar='URL',
+              help="The liveness endpoint, e.g. http://0.0.0.0:8080/healthz: a port and a probe.")
+@click.option('--lease-namespace', help="The Leases' namespace (default: the served one, else the operator's).")
+@click.option('--operator-namespace', help="Where the operator runs (default: the served namespace, else 'default').")
+@click.option('--name', help="The name of the operator's objects (default: from its file or module).")
+@click.option('--image', help="The operator's image (default: NAME:latest).")
+@click.option('--framework', metavar='REQUIREMENT',
+              help="How the Dockerfile installs kopf: a pip requirement (default: a wheel beside the Dockerfile).")
+@click.option('-o', '--output', 'output_dir', type=click.Path(file_okay=False),
+              help="Write the parts into this folder (crds.yaml, rbac.yaml, deployment.yaml, Dockerfile).")
+@click.option('--only', 'parts', multiple=True, type=click.Choice(['crds', 'rbac', 'deployment', 'dockerfile']),
+              help="Only these parts (repeatable; default: all; the Dockerfile only into a folder or alone).")
+def manifests(
+        paths: tuple[str, ...],
+        modules: tuple[str, ...],
+        namespaces: tuple[str, ...],
+        clusterwide: bool,
+        ha: bool,
+        shards: bool,
+        replicas: int | None,
+        liveness_endpoint: str | None,
+        lease_namespace: str | None,
+        operator_namespace: str | None,
+        name: str | None,
+        image: str | None,
+        framework: str | None,
+        output_dir: str | None,
+        parts: tuple[str, ...],
+) -> None:
+    """Print the CRDs, RBAC, Deployment and Dockerfile of an operator (as `kopf run` would run it)."""
+    from kopf._manifests import building  # the command's own machinery: not loaded for `kopf run`
+    if not paths and not modules:
+        raise click.UsageError("Give at least one operator file or a module with -m.")
+    if namespaces and clusterwide:
+        raise click.UsageError("Use either -n/--namespace or -A/--all-namespaces, not both.")
+    if ha and shards:
+        raise click.UsageError("Use only one of --ha and --shards.")
+    load_operator_code(paths, modules)
+    request = building.Request(paths=paths, modules=modules, namespaces=namespaces,
+                               mode='ha' if ha else 'shards' if shards else None, replicas=replicas,
+                               liveness=liveness_endpoint, lease_namespace=lease_namespace,
+                               operator_namespace=operator_namespace, name=name, image=image,
+                               framework=framework)
+    try:
+        built = asyncio.run(building.build(request, get_default_registry()))
+    except (building.ManifestError, ActivityError) as e:
+        raise click.ClickException(str(e)) from e
+    for warning in built.warnings:
+        click.echo(f"Warning: {warning}", err=True)
+    chosen = parts or building.PARTS
+    if output_dir is not None:
+        folder = Path(output_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        for part in chosen:
+            text = built.text(part)
+            if text:
+                (folder / building.FILES[part]).write_text(text)
+                click.echo(f"Written: {folder / building.FILES[part]}", err=True)
+    elif list(chosen) == ['dockerfile']:
+        click.echo(built.dockerfile, nl=False)
+    else:
+        texts = [built.text(part) for part in chosen if part != 'dockerfile' and built.text(part)]
+        click.echo('---\n'.join(texts), nl=False)

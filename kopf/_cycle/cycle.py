@@ -143,6 +143,7 @@ from kopf._structs.ids import HandlerId
 from kopf._structs.patches import Patch
 from kopf._structs.resources import Resource
 from kopf._structs.typedefs import Logger, PatchFn
+from kopf._typed.gate import Gate
 from kopf.config import OperatorConfig
 
 
@@ -373,6 +374,7 @@ async def handle_object(
         indexes: Indexes | None = None,
         resolved: Resource | None = None,
         send_early: EarlyWrite | None = None,
+        gate: Gate | None = None,
 ) -> HandlingResult:
     """
     Handle one event of one object and say what to patch and when to come back.
@@ -383,15 +385,22 @@ async def handle_object(
     ``resolved`` is the resource as served (the handlers' ``resource``).
     ``send_early`` writes the finished handlers' work while another handler
     runs long (without it, everything waits for the returned patch).
+    ``gate`` is a typed resource's: an invalid spec stops the handling here
+    (it is reported, once); a valid one is what the handlers get as ``spec``.
     """
     if indexes is not None:
         await indexes.ready()
+    admission = gate.admit(body, gone=event_type == 'DELETED', logger=logger) if gate is not None else None
+    if admission is not None and not admission.admitted:
+        return HandlingResult(patch=admission.patch, delay=None, cause='invalid', done=True)
     storage = Persistence(progress=config.persistence.progress_storage,
                           diffbase=config.persistence.diffbase_storage,
                           body=body, extra_fields=registry.get_extra_fields(resource),
                           handler_ids=selection.all_ids(registry, resource))
     arguments = Arguments(operator=OperatorArguments(logger=logger, memo=memo, config=config, indexes=indexes or {}),
-                          object=ObjectArguments(body=body, patch=Patch(), resource=resolved or resource))
+                          object=ObjectArguments(body=body, patch=Patch(admission.patch if admission else {}),
+                                                 resource=resolved or resource,
+                                                 spec=admission.spec if admission else None))
     handled = registry.has_changing_handlers(resource)
     cause = await causation.detect(
         event_type=event_type, body=body, finalizer=config.persistence.finalizer, first_seen=first_seen,

@@ -67,6 +67,8 @@ from kopf._structs.ids import HandlerId
 from kopf._structs.patches import Patch
 from kopf._structs.resources import Resource, Selector
 from kopf._structs.typedefs import PatchFn, RawEvent
+from kopf._typed import gate as typedgate
+from kopf._typed.gate import Gate
 from kopf.config import OperatorConfig
 
 # How often to re-send a patch that failed for transient reasons (after the client's own retries).
@@ -106,9 +108,14 @@ class ResourceWatch:
     unsent: dict[str, Unsent] = dataclasses.field(default_factory=dict)
     # The objects' own memos, copies of the operator's (made and kept only as they are used).
     memos: ObjectMemos = dataclasses.field(init=False, repr=False, compare=False)
+    # A typed resource's gate: the handlers run only with a valid spec, which they get as the model.
+    gate: Gate | None = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, 'memos', ObjectMemos(self.memo))
+        model = typedgate.model_of(self.registry.selectors, self.resource)
+        gate = Gate(model, finalizer=self.config.persistence.finalizer) if model is not None else None
+        object.__setattr__(self, 'gate', gate)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,7 +174,7 @@ async def _process(
             registry=watch.registry, config=watch.config, resource=watch.resource,
             event_type=raw_event.get('type'), body=body, first_seen=first_seen, memo=watch.memos.get(key),
             logger=logger, stages=watch.stages, indexes=watch.indexes, resolved=watch.resource,
-            send_early=functools.partial(_send_early, watch, body=body, logger=logger))
+            send_early=functools.partial(_send_early, watch, body=body, logger=logger), gate=watch.gate)
     except Exception:
         if first_seen:
             watch.seen.discard(key)  # the next attempt is still the first sight of it

@@ -78,14 +78,18 @@ class OperatorArguments:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ObjectArguments:
-    """The object being handled, and the patch that handlers may write into."""
+    """The object being handled, and the patch that handlers may write into; ``spec``: a typed resource's model."""
 
     body: Body
     patch: Patch
     resource: ResourceKey | None = None
+    spec: Any = None
 
     def render(self) -> dict[str, Any]:
-        return {**invocation.body_kwargs(self.body), 'patch': self.patch, 'resource': self.resource}
+        kwargs = {**invocation.body_kwargs(self.body), 'patch': self.patch, 'resource': self.resource}
+        if self.spec is not None:
+            kwargs['spec'] = self.spec
+        return kwargs
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -18,7 +18,7 @@ applies it where events become handling cycles:
 * Daemons and timers outlive the cycles that start them, so they are known to
   the gate as *residents* of their objects (:meth:`Gate.reside`): a hand-over
   waits for them as for the cycles (:meth:`Gate.drain`), and their keepers
-  (:mod:`kopf._daemons.daemons`) learn of every change of the permit or the
+  (:mod:`kopf._daemons.keeper`) learn of every change of the permit or the
   deadlines at once (:meth:`Gate.revised`), to stop the daemons of the
   objects that are not permitted any more -- and to cancel them at the hard
   fence, after which the next owner may start them as soon as the Lease expires.

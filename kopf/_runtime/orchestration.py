@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from kopf._daemons import daemons
+from kopf._daemons.keeper import Daemons
 from kopf._indexing import indexing
 from kopf._reconciliation import reconciling
 from kopf._structs.resources import Resource, Selector
@@ -92,11 +92,11 @@ class _Running:
     stream: Stream
     task: asyncio.Task[None]
     stop: asyncio.Event
-    keeper: daemons.Daemons | None
+    keeper: Daemons | None
 
 
 # Starts a stream's task, given the stream and its stop flag; returns the task and its daemons' keeper (if any).
-Spawn = Callable[[Stream, asyncio.Event], tuple[asyncio.Task[None], 'daemons.Daemons | None']]
+Spawn = Callable[[Stream, asyncio.Event], tuple[asyncio.Task[None], 'Daemons | None']]
 
 
 class Streams:

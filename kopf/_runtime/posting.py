@@ -127,6 +127,9 @@ class PostingHandler(logging.Handler):
     """
     Turns per-object log records into queued Events, if ``settings.posting.loggers`` is on.
 
+    Records with a ``k8s_reason`` are the framework's own Events (as if by
+    ``kopf.warn``): they are posted whether ``loggers`` is on or not.
+
     The records' own settings (of a ``kopf.ObjectLogger(settings=...)``) win
     over the operator's; records of a ``kopf.LocalObjectLogger`` are never posted.
     """
@@ -140,14 +143,16 @@ class PostingHandler(logging.Handler):
             return False
         own = getattr(record, 'k8s_settings', None)
         settings = own.posting if own is not None else self._settings()
-        return bool(settings.loggers) and accepts(settings, record.levelno)
+        explicit = getattr(record, 'k8s_reason', None) is not None  # the framework's own Events, e.g. InvalidSpec
+        return (explicit or bool(settings.loggers)) and accepts(settings, record.levelno)
 
     def emit(self, record: logging.LogRecord) -> None:
         type_ = 'Warning' if record.levelno >= logging.WARNING else 'Normal'
         message = record.getMessage()
         ref: Mapping[str, Any] = record.__dict__['k8s_ref']
+        reason = str(getattr(record, 'k8s_reason', 'Logging'))  # the framework's own reasons, e.g. InvalidSpec
         # Already filtered by the record's own settings or the operator's.
-        _queue(K8sEvent(ref=ref, type=type_, reason='Logging', message=message[:MAX_MESSAGE_LENGTH]))
+        _queue(K8sEvent(ref=ref, type=type_, reason=reason, message=message[:MAX_MESSAGE_LENGTH]))
 
 
 async def poster(*, queue: asyncio.Queue[K8sEvent], post: Poster) -> None:

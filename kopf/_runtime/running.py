@@ -21,7 +21,8 @@ from typing_extensions import Unpack
 
 from kopf._admission import serving
 from kopf._cycle import cycle, processing, queueing
-from kopf._daemons import daemons
+from kopf._daemons.calls import patch_object
+from kopf._daemons.keeper import Daemons
 from kopf._handlers.registries import Activity, OperatorRegistry, get_default_registry
 from kopf._indexing import indexing
 from kopf._kube import applying, auth, events, watching
@@ -423,7 +424,7 @@ async def _watch_all(
     applying.context_var.set(handling_context)  # for kopf.apply() in handlers
     applying.loop_var.set(asyncio.get_running_loop())
 
-    def spawn(stream: orchestration.Stream, until: asyncio.Event) -> tuple[asyncio.Task[None], daemons.Daemons | None]:
+    def spawn(stream: orchestration.Stream, until: asyncio.Event) -> tuple[asyncio.Task[None], Daemons | None]:
         keeper = _keeper(registry, stream.resource, handling_context, gate=gate)
         reconciler = reconciliation.stage(stream.resource)
         stages: list[cycle.Stage] = [*cycle.STAGES, *([keeper] if keeper is not None else []),
@@ -516,12 +517,12 @@ def _keeper(
         context: APIContext,
         *,
         gate: fencing.Gate | None,
-) -> daemons.Daemons | None:
+) -> Daemons | None:
     """The keeper of the stream's daemons and timers, if its resource has any."""
     if not registry.has_spawning_handlers(resource):
         return None
-    return daemons.Daemons(patcher=functools.partial(daemons.patch_object, context=context, resource=resource),
-                           fence=gate)
+    return Daemons(patcher=functools.partial(patch_object, context=context, resource=resource),
+                   fence=gate)
 
 
 def watch_failure(error: BaseException, resource: Resource, namespace: str | None) -> str:

@@ -143,9 +143,12 @@ class ResourceNames(TypedDict, total=False):
 ResourcePredicate = Callable[[Resource], bool]
 
 # What decorators accept positionally.
-ResourceArg = str | Marker | ResourcePredicate
+ResourceArg = str | Marker | ResourcePredicate | type  # a type: a typed resource's class
 
 _NAME_FIELDS = ('name', 'plural', 'kind', 'singular', 'shortcut')
+
+# The attribute by which a class (a typed resource) gives its own selector to the decorators.
+SELECTOR_ATTRIBUTE = '__kopf_selector__'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,6 +177,8 @@ class Selector:
     category: str | None = None
     everything: bool = False
     predicate: ResourcePredicate | None = None
+    # A typed resource's class (``kopf.typed.CustomResource``): its handlers get the validated spec.
+    model: type | None = None
 
     def __post_init__(self) -> None:
         named = [field for field in _NAME_FIELDS if getattr(self, field) is not None]
@@ -254,6 +259,12 @@ class Selector:
     @classmethod
     def _positional(cls, *args: ResourceArg | None) -> Selector:
         *api, last = args
+        declared = getattr(last, SELECTOR_ATTRIBUTE, None)  # a typed resource's class names itself
+        if isinstance(declared, Selector):
+            if api:
+                raise TypeError(f"A typed resource ({getattr(last, '__qualname__', last)}) is given alone: "
+                                f"its class has its group and version.")
+            return declared
         if callable(last) and not isinstance(last, (str, Marker)):
             if api:
                 raise TypeError("A callable resource selector is given alone (with group= or version=).")

@@ -687,7 +687,7 @@ async def test_no_memo_is_kept_for_objects_whose_handlers_do_not_change_it(conte
 
 
 async def test_a_daemon_and_the_handlers_of_its_object_share_one_memo(context):
-    from kopf._daemons.daemons import Daemons
+    from kopf._daemons.keeper import Daemons
 
     registry = OperatorRegistry()
     noticed = asyncio.Event()

@@ -1,7 +1,7 @@
 """Which watch streams run for which resources and namespaces, and how they start and stop as those change."""
 import asyncio
 
-from kopf._daemons import daemons
+from kopf._daemons.keeper import Daemons
 from kopf._handlers.registries import OperatorRegistry
 from kopf._indexing import indexing
 from kopf._runtime import orchestration
@@ -83,7 +83,7 @@ class FakeStreams:
     def __init__(self, *, keepers: bool = False) -> None:
         self.started: list[Stream] = []
         self.ended: list[Stream] = []
-        self.keepers: dict[Stream, daemons.Daemons] = {}
+        self.keepers: dict[Stream, Daemons] = {}
         self.with_keepers = keepers
 
     def spawn(self, stream: Stream, stop: asyncio.Event):
@@ -95,7 +95,7 @@ class FakeStreams:
 
         keeper = None
         if self.with_keepers:
-            keeper = self.keepers[stream] = daemons.Daemons(patcher=None)
+            keeper = self.keepers[stream] = Daemons(patcher=None)
         return asyncio.create_task(run()), keeper
 
 
