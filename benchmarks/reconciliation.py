@@ -21,7 +21,8 @@ without the benchmark's own requests. Last, the operator is left alone
 for ``--idle`` seconds: the requests it makes meanwhile, per minute, are
 the cost of watching for drift, and its resident memory is read then. With
 ``--owners N``, N-1 more KopfExamples (and their ConfigMaps) are there from
-the start: the memory that the watched children cost. The lines of code are
+the start: the memory that the watched children cost (the requests counted
+per repair then include what the other objects cost meanwhile). The lines of code are
 those of the files, without blank lines, comments and docstrings.
 
 Run from the repository root (the first run installs the released Kopf with

@@ -208,7 +208,7 @@ class Reconciler:
         return None
 
     def poke(self, key: str, handler_ids: Collection[HandlerId], child: ChildKey, version: str | None) -> None:
-        """A child of the object (or a related object) has appeared, changed or gone: the handlers must see it."""
+        """A child of the object (or a related object) has appeared, changed or gone (``version=None``)."""
         obj = self._objects.get(key)
         if obj is None:
             return  # not ours (another replica's, or not seen yet: then its first call sees the child anyway)
@@ -332,7 +332,9 @@ class Reconciler:
 
     def _trigger_child(self, obj: _Object, handler_ids: Collection[HandlerId], when: float, child: ChildKey,
                        version: str | None) -> None:
-        if version is not None and obj.echoes.get(child) == version:
+        if version is None:
+            obj.echoes.pop(child, None)  # gone: nothing of ours can come of it any more
+        elif obj.echoes.get(child) == version:
             return  # the event of our own apply: the call that made it has seen it
         for handler_id in handler_ids:
             if handler_id in obj.slots:

@@ -225,7 +225,7 @@ class OperatorReconciliation:
         if unchanged:
             return  # e.g. a listing of what was seen already: nothing for the owners to see
         child = (resource, uid)
-        version_text = str(version) if version is not None else None
+        version_text = str(version) if version is not None and body is not None else None  # None: gone
         for owner in affected:
             for reconciler, handler_ids in targets:
                 key = owner

@@ -504,3 +504,42 @@ async def test_objects_of_another_replica_are_forgotten_by_the_patrol(world, reg
     await w.advance(0)
     assert [call['name'] for call in calls] == ['a', 'b', 'b']
     assert calls[2]['triggers'] == {'object', 'children'}
+
+
+async def test_a_call_that_finds_everything_in_place_writes_nothing(world, registry):
+    calls = []
+
+    @kopf.on.reconcile('kopfexamples', id='fn', registry=registry, owns=['configmaps'])
+    async def fn(body, patch, triggers, **_):
+        calls.append(triggers)
+        if kopf.is_observed(body, 'Ready') and 'children' not in triggers:
+            return  # this generation is done, and no child has changed
+        kopf.set_condition(body, patch, type='Ready', status=True, reason='Done', now=T0)
+
+    w = world()
+    await w.see(make_body())
+    await w.advance(0)
+    assert w.patches == [{'status': {'conditions': [{
+        'type': 'Ready', 'status': 'True', 'reason': 'Done', 'message': '', 'lastTransitionTime': '2020-01-01T00:00:00Z',
+        'observedGeneration': 1}]}}]
+    await w.see(w.objects['uid1'])  # the event of our own patch: not a change of the essence
+    w.reconciler.poke('uid1', ['fn'], (CONFIGMAPS, 'c1'), '5')  # a child has changed: the call runs in full
+    await w.advance(1)
+    assert calls == [{'object', 'children'}, {'children'}]
+    assert len(w.patches) == 1  # the same condition again: nothing to send
+
+
+async def test_a_gone_child_is_news_even_if_its_last_version_was_ours(world, registry):
+    calls = []
+
+    @kopf.on.reconcile('kopfexamples', id='fn', registry=registry, owns=['configmaps'])
+    async def fn(**kwargs):
+        calls.append(kwargs)
+        applying.listener_var.get()(CONFIGMAPS, {'metadata': {'uid': 'c1', 'resourceVersion': '7'}})
+
+    w = world()
+    await w.see(make_body())
+    await w.advance(0)
+    w.reconciler.poke('uid1', ['fn'], (CONFIGMAPS, 'c1'), None)  # deleted
+    await w.advance(1)
+    assert len(calls) == 2

@@ -111,6 +111,7 @@ async def test_a_child_that_leaves_its_owner_or_goes_is_news_for_the_owner(recon
     await reconciliation.see(CONFIGMAPS, {'type': 'ADDED', 'object': child('c2')})
     await reconciliation.see(CONFIGMAPS, {'type': 'DELETED', 'object': child('c2', rv='3')})
     assert [poke[0] for poke in pokes[3:]] == ['uid-owner', 'uid-owner']
+    assert pokes[-1][3] is None  # gone: no version of it can be our own apply's
 
 
 async def test_a_relisting_that_lacks_a_child_tells_its_owner_that_it_is_gone(reconciliation, registry, pokes):
