@@ -89,8 +89,8 @@ def create_shelf(kube: KubeAPI, namespace: str, name: str, **spec: Any) -> dict[
                                             'metadata': {'name': name}, 'spec': {'books': ['a', 'b'], **spec}})
 
 
-def calls_of(path: Path, name: str) -> list[dict[str, Any]]:
-    return [call for call in read_calls(path) if call['name'] == name]
+def calls_of(path: Path, name: str, handler: str = 'shelf') -> list[dict[str, Any]]:
+    return [call for call in read_calls(path) if call['name'] == name and call['handler'] == handler]
 
 
 def books(kube: KubeAPI, namespace: str, shelf: str) -> str | None:
@@ -111,6 +111,12 @@ def test_a_deleted_or_edited_child_is_restored_within_two_seconds(
     ready = operator.wait(lambda: [c for c in (kube.get(f'{shelves(namespace)}/one').get('status') or {})
                                    .get('conditions', []) if c['type'] == 'Ready'], what="the Ready condition")
     assert ready[0]['status'] == 'True' and ready[0]['observedGeneration'] == owner['metadata']['generation']
+
+    # Beside a create handler: neither its writes (status, kopf's annotations) nor ours call the reconciliation.
+    operator.wait(lambda: (kube.get(f'{shelves(namespace)}/one').get('status') or {}).get('created') == 'welcome',
+                  what="the create handler's result")
+    assert len(calls_of(calls, 'one', 'created')) == 1
+    assert [c['triggers'] for c in calls_of(calls, 'one')] == [['children', 'object']]
 
     # Deleted by hand: re-created.
     began = time.monotonic()

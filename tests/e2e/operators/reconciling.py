@@ -6,6 +6,8 @@ shelf, the process id, the time, ``retry``, ``triggers``, and the labels of
 the child as ``children`` showed it), so that tests see from the outside
 when, why and where it was called.
 
+A create handler beside it says ``welcome`` once per shelf (recorded too).
+
 The desired child is ``<shelf>-books`` with ``data.books`` from
 ``spec.books``, applied server-side (taking the field back from whoever
 edited it by hand: ``force=True``, unless ``E2E_FORCE`` is not ``1``). ``spec.failUntil`` makes a call fail
@@ -48,11 +50,18 @@ def configure(config, **_):
     config.peering.retry_period = float(os.environ.get('E2E_RETRY', '0.5'))
 
 
+@kopf.on.create('shelves.reconcile.e2e.kopf.dev')
+def created(name, **_):
+    record(name=name, handler='created')
+    return 'welcome'  # status.created: a write of the status, and kopf's annotations, which call no reconciliation
+
+
 @kopf.on.reconcile('shelves.reconcile.e2e.kopf.dev', owns=[OWNS],
                    resync=RESYNC, backoff=BACKOFF, max_backoff=MAX_BACKOFF)
 def shelf(name, spec, body, patch, children, triggers, retry, **_):
     books = children[OWNS]
-    record(name=name, retry=retry, triggers=sorted(triggers), generation=body.metadata.get('generation'),
+    record(name=name, handler='shelf', retry=retry, triggers=sorted(triggers),
+           generation=body.metadata.get('generation'),
            children={child.metadata.name: dict(child.metadata.labels) for child in books})
     if retry < spec.get('failUntil', 0):
         raise kopf.TemporaryError(f"failing on purpose (retry {retry})", delay=None)

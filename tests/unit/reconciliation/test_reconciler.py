@@ -520,8 +520,8 @@ async def test_a_call_that_finds_everything_in_place_writes_nothing(world, regis
     await w.see(make_body())
     await w.advance(0)
     assert w.patches == [{'status': {'conditions': [{
-        'type': 'Ready', 'status': 'True', 'reason': 'Done', 'message': '', 'lastTransitionTime': '2020-01-01T00:00:00Z',
-        'observedGeneration': 1}]}}]
+        'type': 'Ready', 'status': 'True', 'reason': 'Done', 'message': '',
+        'lastTransitionTime': '2020-01-01T00:00:00Z', 'observedGeneration': 1}]}}]
     await w.see(w.objects['uid1'])  # the event of our own patch: not a change of the essence
     w.reconciler.poke('uid1', ['fn'], (CONFIGMAPS, 'c1'), '5')  # a child has changed: the call runs in full
     await w.advance(1)
@@ -542,4 +542,25 @@ async def test_a_gone_child_is_news_even_if_its_last_version_was_ours(world, reg
     await w.advance(0)
     w.reconciler.poke('uid1', ['fn'], (CONFIGMAPS, 'c1'), None)  # deleted
     await w.advance(1)
+    assert len(calls) == 2
+
+
+async def test_kopfs_own_annotations_and_the_status_are_not_changes(world, registry):
+    calls = recording(registry)
+    w = world()
+    await w.see(make_body())
+    await w.advance(0)
+    body = make_body()
+    body['metadata']['annotations'] = {
+        'kopf.zalando.org/last-handled-configuration': '{"spec": {"field": "value"}}',
+        'kopf.zalando.org/create_fn': '{"started": "2020-01-01T00:00:00+00:00", "retries": 1}',
+        'kopf.zalando.org/touch-dummy': '2020-01-01T00:00:00+00:00'}
+    body['status'] = {'create_fn': 'done'}
+    body['metadata']['resourceVersion'] = '5'
+    await w.see(body)
+    await w.advance(1)
+    assert len(calls) == 1
+    body['metadata']['annotations']['someone/else'] = 'changed'  # a user's annotation is a change
+    await w.see(body)
+    await w.advance(0)
     assert len(calls) == 2
