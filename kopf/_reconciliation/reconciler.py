@@ -10,6 +10,9 @@ per handler; one scheduler task sleeps until the soonest due call and starts
 it. An object's calls run in one task at a time, handler after handler, so
 calls for one object never overlap; different objects run in parallel.
 
+The body kept (and given to the handler) is the latest one without
+``metadata.managedFields`` (see :func:`~.links.lean`).
+
 What the triggers are:
 
 * the object's first event since the start, and every change of its essence
@@ -64,7 +67,7 @@ from kopf._kube import applying, patching
 from kopf._kube.errors import APIConnectionError, APIError, describe_api_failure
 from kopf._kube.session import APIContext
 from kopf._reconciliation import planning
-from kopf._reconciliation.links import Children, RawBody
+from kopf._reconciliation.links import Children, RawBody, lean
 from kopf._reconciliation.planning import Outcome, Policy, Slot, Trigger, Verdict
 from kopf._storage import calls, records
 from kopf._storage.records import ProgressRecord
@@ -190,7 +193,7 @@ class Reconciler:
         obj = self._objects.get(key)
         now = self._clock.monotonic()
         if obj is None:
-            obj = self._objects[key] = _Object(body.raw, arguments.operator.memo)
+            obj = self._objects[key] = _Object(lean(body.raw), arguments.operator.memo)
             self._names[(body.metadata.namespace, body.metadata.name or '')] = key
             for handler in self.handlers:
                 slot = await self._restore(obj, handler, body, logger=arguments.operator.logger)
@@ -198,7 +201,7 @@ class Reconciler:
                 # Its children are new to this process too: whatever happened to them meanwhile is unknown.
                 obj.slots[handler.id] = planning.trigger(slot, Trigger.CHILDREN, now=now)
         else:
-            obj.body = body.raw
+            obj.body = lean(body.raw)
             if essence != obj.essence:
                 for handler in self.handlers:
                     obj.slots[handler.id] = planning.trigger(obj.slots[handler.id], Trigger.OBJECT, now=now,
@@ -515,7 +518,7 @@ class Reconciler:
             logger.error("%s", e)
             return
         if patched is not None:
-            obj.body = patched
+            obj.body = lean(patched)
 
 
 async def patch_object(body: Body, patch: Patch, logger: Logger, *, context: APIContext,

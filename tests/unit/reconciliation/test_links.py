@@ -139,3 +139,13 @@ def test_children_of_an_undeclared_resource_are_an_error_that_names_the_declared
     children = Children({'configmaps': []})
     with pytest.raises(KeyError, match=r"'secrets' is not among the resources of owns= and watches= \('configmaps'\)"):
         children['secrets']
+
+
+def test_objects_are_kept_without_the_servers_bookkeeping_of_fields():
+    links = Links()
+    body = child('c1')
+    body['metadata']['managedFields'] = [{'manager': 'kopf', 'fieldsV1': {'f:data': {}}}]
+    links.link(CONFIGMAPS, 'c1', body, {'o1'})
+    kept, = links.linked('o1')[CONFIGMAPS]
+    assert 'managedFields' not in kept['metadata'] and kept['metadata']['name'] == 'c1'
+    assert 'managedFields' in body['metadata']  # the event's own object is not changed
