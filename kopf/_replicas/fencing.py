@@ -1,8 +1,9 @@
 """
 The gate between event routing and handling: which objects this replica may handle now.
 
-Peering (:mod:`kopf._replicas.peering`) decides *what* is permitted; the gate
-applies it where events become handling cycles:
+The decisions (:mod:`.election`, :mod:`.sharding`) say *what* is permitted and
+the deadlines (:mod:`.deadlines`) until when; the gate applies both where
+events become handling cycles:
 
 * Events of objects that are not permitted are dropped as they arrive, and
   a cycle starts only if its object is permitted at that very moment.
@@ -63,7 +64,6 @@ logger = logging.getLogger('kopf._replicas.fencing')
 Permit = Callable[[str], bool]  # by object key (the uid)
 
 SAFE_METHODS = frozenset({'GET', 'HEAD', 'OPTIONS'})
-DRAIN_INTERVAL = 0.02  # seconds between looks at the running cycles while waiting for them
 
 
 def nothing(key: str) -> bool:
@@ -97,7 +97,7 @@ class Gate:
     """
     What this replica may handle now, until when, and the handling cycles that are running.
 
-    Peering may call it from its own thread (see :mod:`kopf._replicas.peering`):
+    The Lease loop calls it from its own thread (see :mod:`kopf._replicas.peering`):
     the state changes under a lock, and the operator's event loop learns of
     them through thread-safe calls. The deadlines are checked by the clock at
     every admission and every write, so they hold even if the event loop is
@@ -118,6 +118,7 @@ class Gate:
         self._tokens = itertools.count(1)
         self._revision = 0  # grows with every change of the permit or the deadlines
         self._changed = asyncio.Event()
+        self._drainers: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []  # woken at a departure
 
     # What queueing asks.
 
@@ -141,6 +142,7 @@ class Gate:
         finally:
             with self._lock:
                 del self._cycles[task]
+                self._wake_drainers()
 
     # What the fenced API context asks.
 
@@ -193,7 +195,8 @@ class Gate:
     def depart(self, token: int) -> None:
         """The daemon or timer has exited (or was given up on); idempotent."""
         with self._lock:
-            self._residents.pop(token, None)
+            if self._residents.pop(token, None) is not None:
+                self._wake_drainers()
 
     @property
     def revision(self) -> int:
@@ -227,8 +230,11 @@ class Gate:
     def busy(self, keep: Permit) -> bool:
         """Whether a cycle, a daemon or a timer runs for an object outside ``keep``."""
         with self._lock:
-            return (any(not keep(cycle.key) for cycle in self._cycles.values()) or
-                    any(not keep(key) for key in self._residents.values()))
+            return self._busy(keep)
+
+    def _busy(self, keep: Permit) -> bool:
+        return (any(not keep(cycle.key) for cycle in self._cycles.values()) or
+                any(not keep(key) for key in self._residents.values()))
 
     async def drain(self, keep: Permit, *, timeout: float) -> bool:
         """
@@ -237,14 +243,26 @@ class Gate:
         "Nothing" means no handling cycle, and no daemon or timer: their
         keepers stop them as soon as the permit excludes their objects, and
         a hand-over (the caller) is acknowledged only once they have exited.
+        It looks again at every departure, in whichever loop the caller
+        waits (the Lease loop's or the handling's); the timeout is by the
+        gate's clock.
         """
+        loop = asyncio.get_running_loop()
         deadline = self._clock.monotonic() + timeout
         while True:
-            if not self.busy(keep):
-                return True
-            if self._clock.monotonic() >= deadline:
-                return False
-            await asyncio.sleep(DRAIN_INTERVAL)
+            with self._lock:
+                if not self._busy(keep):
+                    return True
+                remaining = deadline - self._clock.monotonic()
+                if remaining <= 0:
+                    return False
+                departed: asyncio.Future[None] = loop.create_future()
+                self._drainers.append((loop, departed))
+            try:
+                await _first(departed, self._clock.sleep(remaining))
+            finally:
+                with self._lock, contextlib.suppress(ValueError):
+                    self._drainers.remove((loop, departed))
 
     def soften(self) -> int:
         """
@@ -289,6 +307,13 @@ class Gate:
                 marked.append((task, cycle.key))
         return marked
 
+    def _wake_drainers(self) -> None:
+        """Something has departed (under the lock): the drains look again."""
+        drainers, self._drainers = self._drainers, []
+        for loop, departed in drainers:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(_settle, departed)
+
     def _update(self, *, resync: bool) -> None:
         """After a change (under the lock): a new epoch if objects may have become ours; tell the streams."""
         active = self.active
@@ -298,6 +323,11 @@ class Gate:
         self._revision += 1
         if not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._changed.set)
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _cancel(tasks: list[asyncio.Task[Any]]) -> None:

@@ -5,8 +5,9 @@ A Lease is a small object whose ``spec`` says who holds it and for how long
 (``holderIdentity``, ``leaseDurationSeconds``, ``renewTime``); replicas renew
 their Leases by replacing them with the ``resourceVersion`` they last saw,
 so that of two concurrent writers exactly one succeeds and the other gets a
-``409 Conflict``. Everything here is one request; what the records mean is
-decided in :mod:`kopf._replicas.peering`.
+``409 Conflict``. Everything here is one request (or the format of a Lease's
+fields); what the records mean is decided in :mod:`kopf._replicas.election`
+and :mod:`kopf._replicas.sharding`.
 """
 from __future__ import annotations
 
@@ -82,9 +83,20 @@ class Lease:
         )
 
 
-def now() -> str:
-    """The current time in the ``MicroTime`` format of Lease fields."""
-    return datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%dT%H:%M:%S.%fZ')
+def microtime(moment: datetime.datetime) -> str:
+    """A time (timezone-aware) in the ``MicroTime`` format of Lease fields."""
+    return moment.astimezone(datetime.timezone.utc).strftime('%Y-%m-%dT%H:%M:%S.%fZ')
+
+
+def parse_microtime(value: str | None) -> datetime.datetime | None:
+    """A Lease field's time, timezone-aware (UTC if it says none); ``None`` if absent or malformed."""
+    if not value:
+        return None
+    try:
+        parsed = datetime.datetime.fromisoformat(value.replace('Z', '+00:00'))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=datetime.timezone.utc)
 
 
 def _collection(namespace: str) -> str:

@@ -1,11 +1,11 @@
 import asyncio
 import dataclasses
-import time
 
 import pytest
 
 from kopf._cycle.queueing import ProcessingOutcome, watch_objects
 from kopf._replicas.fencing import FencedAPIContext, FencedError, Gate, everything, gated_stream, nothing
+from tests.unit.replicas.conftest import settle, until
 
 
 @dataclasses.dataclass
@@ -16,11 +16,11 @@ class Settings:
     worker_limit: int | None = None
 
 
-def open_gate(permit=everything):
+def open_gate(clock, permit=everything):
     """A gate as a replica holding its Lease has it: the deadlines far ahead."""
-    gate = Gate()
+    gate = Gate(clock=clock)
     gate.permit(permit, resync=True)
-    gate.extend(admit_until=time.monotonic() + 100, write_until=time.monotonic() + 100)
+    gate.extend(admit_until=clock.monotonic() + 100, write_until=clock.monotonic() + 100)
     return gate
 
 
@@ -28,128 +28,145 @@ def event(uid, rv=1):
     return {'type': 'MODIFIED', 'object': {'metadata': {'uid': uid, 'name': uid, 'resourceVersion': str(rv)}}}
 
 
-async def feed(events, hold=0.3):
+async def feed(events, *, until):
+    """A watch stream: these events, then open until the condition is met (an event set by the test)."""
     for e in events:
         yield e
-    await asyncio.sleep(hold)
+    await asyncio.wait_for(until.wait(), timeout=5)
 
 
-async def cycle(gate, key, *, write=False, duration=10.0):
+async def cycle(gate, key, clock, *, write=False, duration=1000):
     """One handling cycle as a worker runs it: inside the gate; optionally starting to send its patch."""
     async with gate.handling(key) as admitted:
         assert admitted
         if write:
             gate.check_write()
-        await asyncio.sleep(duration)
+        await clock.sleep(duration)
 
 
 # What queueing sees.
 
-async def test_nothing_is_admitted_until_permitted_and_in_time():
-    gate = Gate()
+async def test_nothing_is_admitted_until_permitted_and_in_time(clock):
+    gate = Gate(clock=clock)
     assert not gate.admits('a') and not gate.active
     gate.permit(everything, resync=True)
     assert not gate.admits('a') and not gate.active  # no lease yet
-    gate.extend(admit_until=time.monotonic() + 100, write_until=time.monotonic() + 100)
+    gate.extend(admit_until=clock.monotonic() + 100, write_until=clock.monotonic() + 100)
     assert gate.admits('a') and gate.active
 
 
-async def test_the_deadlines_hold_by_the_clock_even_without_the_timers():
-    gate = open_gate()
-    gate.extend(admit_until=time.monotonic() + 0.05, write_until=time.monotonic() + 0.1)
+async def test_the_deadlines_hold_by_the_clock_even_without_the_timers(clock):
+    gate = open_gate(clock)
+    gate.extend(admit_until=clock.monotonic() + 5, write_until=clock.monotonic() + 10)
     async with gate.handling('a') as admitted:
         assert admitted
-        await asyncio.sleep(0.06)
+        clock.advance(6)
         gate.check_write()  # a cycle admitted in time may still write...
-        await asyncio.sleep(0.05)
+        clock.advance(4)
         with pytest.raises(FencedError):
             gate.check_write()  # ...but not after the renew deadline
     async with gate.handling('b') as admitted:
         assert not admitted
 
 
-async def test_a_renewal_after_a_lapse_lists_anew():
-    gate = open_gate()
+async def test_a_renewal_after_a_lapse_lists_anew(clock):
+    gate = open_gate(clock)
     epoch = gate.epoch
-    gate.extend(admit_until=time.monotonic() + 100, write_until=time.monotonic() + 100)
+    gate.extend(admit_until=clock.monotonic() + 100, write_until=clock.monotonic() + 100)
     assert gate.epoch == epoch  # renewed in time: nothing was dropped
-    gate.extend(admit_until=time.monotonic() - 1, write_until=time.monotonic() - 1)
-    gate.extend(admit_until=time.monotonic() + 100, write_until=time.monotonic() + 100)
+    gate.extend(admit_until=clock.monotonic() - 1, write_until=clock.monotonic() - 1)
+    gate.extend(admit_until=clock.monotonic() + 100, write_until=clock.monotonic() + 100)
     assert gate.epoch > epoch  # events were dropped meanwhile
 
 
-async def test_only_events_of_permitted_objects_reach_the_processor():
-    gate = open_gate(lambda key: key != 'theirs')
+async def test_only_events_of_permitted_objects_reach_the_processor(clock):
+    gate = open_gate(clock, lambda key: key != 'theirs')
     seen = []
+    handled = asyncio.Event()
 
     async def processor(raw_event, woken_up):
         seen.append(raw_event['object']['metadata']['uid'])
+        handled.set()
         return ProcessingOutcome()
 
-    await watch_objects(stream=feed([event('ours'), event('theirs')]), processor=processor,
+    await watch_objects(stream=feed([event('ours'), event('theirs')], until=handled), processor=processor,
                         settings=Settings(), gate=gate)
     assert seen == ['ours']
 
 
-async def test_a_worker_whose_object_moved_away_stops_before_its_next_cycle():
-    gate = open_gate()
+async def test_a_worker_whose_object_moved_away_stops_before_its_next_cycle(clock):
     calls = []
+    refused = asyncio.Event()
+
+    class RecordingGate(Gate):
+        def handling(self, key):
+            admitted = self.admits(key)
+            if not admitted:
+                refused.set()
+            return super().handling(key)
+
+    gate = RecordingGate(clock=clock)
+    gate.permit(everything, resync=True)
+    gate.extend(admit_until=clock.monotonic() + 100, write_until=clock.monotonic() + 100)
 
     async def processor(raw_event, woken_up):
         calls.append(woken_up)
-        return ProcessingOutcome(delay=0.1)  # come back soon, even without events
+        gate.permit(nothing, resync=False)  # moved away while it was being handled
+        return ProcessingOutcome(delay=0.01)  # come back soon, even without events
 
-    async def move_away():
-        await asyncio.sleep(0.05)
-        gate.permit(nothing, resync=False)
-
-    mover = asyncio.create_task(move_away())
-    await watch_objects(stream=feed([event('a')], hold=0.4), processor=processor, settings=Settings(), gate=gate)
-    await mover
+    await watch_objects(stream=feed([event('a')], until=refused), processor=processor, settings=Settings(),
+                        gate=gate)
     assert calls == [False]  # the wake-up after the delay did not run a cycle
 
 
-async def test_cycles_are_counted_while_they_run():
-    gate = open_gate()
-    task = asyncio.create_task(cycle(gate, 'a'))
-    await asyncio.sleep(0.01)
+async def test_cycles_are_counted_while_they_run(clock):
+    gate = open_gate(clock)
+    task = asyncio.create_task(cycle(gate, 'a', clock))
+    await settle()
     assert gate.cycles == 1
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert gate.cycles == 0
 
 
-# What peering does with it.
+# What the replicas do with it.
 
-async def test_draining_waits_for_the_cycles_of_objects_outside_what_is_kept():
-    gate = open_gate()
-    ours = asyncio.create_task(cycle(gate, 'ours', duration=10))
-    moving = asyncio.create_task(cycle(gate, 'moving', duration=0.1))
-    await asyncio.sleep(0.01)
-    assert await gate.drain(lambda key: key == 'ours', timeout=1.0)
+async def test_draining_waits_for_the_cycles_of_objects_outside_what_is_kept(clock):
+    gate = open_gate(clock)
+    ours = asyncio.create_task(cycle(gate, 'ours', clock, duration=10))
+    moving = asyncio.create_task(cycle(gate, 'moving', clock, duration=1))
+    await settle()
+    started = clock.monotonic()
+    draining = asyncio.create_task(gate.drain(lambda key: key == 'ours', timeout=5))
+    drained = await until(clock, draining.done, within=5)
+    assert draining.result() is True and drained - started == 1  # at the very moment the moving one ended
     assert moving.done() and not ours.done()
-    assert not await gate.drain(nothing, timeout=0.05)
+    started = clock.monotonic()
+    draining = asyncio.create_task(gate.drain(nothing, timeout=2))
+    given_up = await until(clock, draining.done, within=5)
+    assert draining.result() is False and given_up - started == 2  # by the clock
     ours.cancel()
     await asyncio.gather(ours, return_exceptions=True)
 
 
-async def test_the_soft_fence_cancels_cycles_that_have_not_started_to_write():
-    gate = open_gate()
-    handling = asyncio.create_task(cycle(gate, 'a'))
-    committing = asyncio.create_task(cycle(gate, 'b', write=True, duration=0.2))
-    await asyncio.sleep(0.01)
+async def test_the_soft_fence_cancels_cycles_that_have_not_started_to_write(clock):
+    gate = open_gate(clock)
+    handling = asyncio.create_task(cycle(gate, 'a', clock))
+    committing = asyncio.create_task(cycle(gate, 'b', clock, write=True, duration=2))
+    await settle()
     assert gate.soften() == 1
     assert not gate.active and not gate.admits('c')
-    await asyncio.sleep(0.01)
+    await settle()
     assert handling.cancelled()
     assert not committing.done()
-    await committing  # a patch being sent is finished, not cut in the middle
+    await until(clock, committing.done, within=2)  # a patch being sent is finished, not cut in the middle
+    assert not committing.cancelled()
 
 
-async def test_the_hard_fence_cancels_everything_and_refuses_writes():
-    gate = open_gate()
-    committing = asyncio.create_task(cycle(gate, 'b', write=True))
-    await asyncio.sleep(0.01)
+async def test_the_hard_fence_cancels_everything_and_refuses_writes(clock):
+    gate = open_gate(clock)
+    committing = asyncio.create_task(cycle(gate, 'b', clock, write=True))
+    await settle()
     gate.harden()
     await asyncio.gather(committing, return_exceptions=True)
     assert committing.cancelled()
@@ -157,21 +174,21 @@ async def test_the_hard_fence_cancels_everything_and_refuses_writes():
         gate.check_write()
 
 
-async def test_a_renewal_allows_writes_again():
-    gate = open_gate()
+async def test_a_renewal_allows_writes_again(clock):
+    gate = open_gate(clock)
     gate.harden()
-    gate.extend(admit_until=time.monotonic() + 100, write_until=time.monotonic() + 100)
+    gate.extend(admit_until=clock.monotonic() + 100, write_until=clock.monotonic() + 100)
     gate.check_write()  # no error
 
 
-async def test_a_cancelled_cycle_cannot_write_even_if_it_catches_the_cancellation():
-    gate = open_gate()
+async def test_a_cancelled_cycle_cannot_write_even_if_it_catches_the_cancellation(clock):
+    gate = open_gate(clock)
     outcome = []
 
     async def stubborn():
         async with gate.handling('a'):
             try:
-                await asyncio.sleep(10)
+                await clock.sleep(1000)
             except asyncio.CancelledError:
                 pass
             try:
@@ -180,7 +197,7 @@ async def test_a_cancelled_cycle_cannot_write_even_if_it_catches_the_cancellatio
                 outcome.append('refused')
 
     task = asyncio.create_task(stubborn())
-    await asyncio.sleep(0.01)
+    await settle()
     gate.soften()
     await task
     assert outcome == ['refused']
@@ -203,9 +220,9 @@ class RecordingContext:
         return {}
 
 
-async def test_the_fenced_context_checks_writes_but_not_reads():
+async def test_the_fenced_context_checks_writes_but_not_reads(clock):
     inner = RecordingContext()
-    gate = open_gate()
+    gate = open_gate(clock)
     context = FencedAPIContext(inner, gate)  # type: ignore[arg-type]
     await context.request('PATCH', '/x')
     gate.harden()
@@ -218,9 +235,9 @@ async def test_the_fenced_context_checks_writes_but_not_reads():
 
 # The watch streams.
 
-async def test_streams_run_only_while_active_and_restart_when_objects_may_have_become_ours():
-    gate = Gate()
-    gate.extend(admit_until=time.monotonic() + 100, write_until=time.monotonic() + 100)
+async def test_streams_run_only_while_active_and_restart_when_objects_may_have_become_ours(clock):
+    gate = Gate(clock=clock)
+    gate.extend(admit_until=clock.monotonic() + 100, write_until=clock.monotonic() + 100)
     stop = asyncio.Event()
     opened = []
 
@@ -238,18 +255,18 @@ async def test_streams_run_only_while_active_and_restart_when_objects_may_have_b
             received.append(e['object']['metadata']['uid'])
 
     consumer = asyncio.create_task(consume())
-    await asyncio.sleep(0.05)
+    await settle()
     assert opened == []  # inactive: nothing is watched
     gate.permit(everything, resync=True)
-    await asyncio.sleep(0.05)
+    await settle()
     gate.permit(lambda key: True, resync=False)  # narrowing: no relisting
-    await asyncio.sleep(0.05)
+    await settle()
     gate.permit(everything, resync=True)  # objects may have become ours: list anew
-    await asyncio.sleep(0.05)
+    await settle()
     assert len(opened) == 2 and opened[0] < opened[1]  # one listing per epoch in which objects came
     assert received == ['listed-1', 'listed-2']
     gate.permit(nothing, resync=False)
-    await asyncio.sleep(0.05)
+    await settle()
     stop.set()
     await asyncio.wait_for(consumer, timeout=1)
     assert len(opened) == 2
@@ -257,48 +274,37 @@ async def test_streams_run_only_while_active_and_restart_when_objects_may_have_b
 
 # Daemons and timers: residents of their objects.
 
-class FakeClock:
-    def __init__(self):
-        self.time = 1000.0
-
-    def monotonic(self):
-        return self.time
-
-
-async def test_a_hand_over_waits_for_the_daemons_of_the_objects_that_move_and_times_out_by_the_clock():
-    clock = FakeClock()
-    gate = Gate(clock=clock)
-    gate.permit(everything, resync=True)
-    gate.extend(admit_until=clock.time + 100, write_until=clock.time + 100)
+async def test_a_hand_over_waits_for_the_daemons_of_the_objects_that_move_and_times_out_by_the_clock(clock):
+    gate = open_gate(clock)
     staying, moving = gate.reside('stays'), gate.reside('moves')
     assert gate.residents == 2
     assert await gate.drain(lambda key: key != 'gone', timeout=0)  # neither of them is outside what is kept
     draining = asyncio.create_task(gate.drain(lambda key: key == 'stays', timeout=5))
-    await asyncio.sleep(0.05)
+    await settle()
     assert not draining.done()  # the clock stands: no timeout yet, however long it takes
-    clock.time += 5
+    clock.advance(5)
     assert await draining is False
     draining = asyncio.create_task(gate.drain(lambda key: key == 'stays', timeout=5))
+    await settle()
     gate.depart(moving)
     gate.depart(moving)  # idempotent
-    assert await asyncio.wait_for(draining, timeout=1) is True
+    assert await asyncio.wait_for(draining, timeout=1) is True  # at once, with the clock standing
     gate.depart(staying)
     assert gate.residents == 0
 
 
-async def test_the_keepers_learn_of_every_change_of_the_permit_and_the_deadlines():
-    clock = FakeClock()
+async def test_the_keepers_learn_of_every_change_of_the_permit_and_the_deadlines(clock):
     gate = Gate(clock=clock)
     revision = gate.revision
     waiting = asyncio.create_task(gate.revised(revision))
     await asyncio.sleep(0)
     assert not waiting.done()
-    gate.extend(admit_until=clock.time + 10, write_until=clock.time + 20)
+    gate.extend(admit_until=clock.monotonic() + 10, write_until=clock.monotonic() + 20)
     await asyncio.wait_for(waiting, timeout=1)
     assert gate.writable
     revision = gate.revision
     waiting = asyncio.create_task(gate.revised(revision))
-    clock.time += 20
+    clock.advance(20)
     assert not gate.writable  # by the clock, even before anyone is told
     gate.harden()
     await asyncio.wait_for(waiting, timeout=1)

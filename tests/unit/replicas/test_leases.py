@@ -1,9 +1,20 @@
+import datetime
 import json
 
 import pytest
 
 from kopf._kube.errors import APIConflictError, APIForbiddenError
-from kopf._replicas.leases import Lease, LeaseSpec, create_lease, delete_lease, list_leases, read_lease, replace_lease
+from kopf._replicas.leases import (
+    Lease,
+    LeaseSpec,
+    create_lease,
+    delete_lease,
+    list_leases,
+    microtime,
+    parse_microtime,
+    read_lease,
+    replace_lease,
+)
 
 LEASES = '/apis/coordination.k8s.io/v1/namespaces/ns1/leases'
 
@@ -120,3 +131,12 @@ async def test_forbidden_requests_raise_for_the_caller_to_name_the_verb(context,
                    match_querystring=False)
     with pytest.raises(APIForbiddenError):
         await list_leases(context=context, namespace='ns1', labels={'a': 'b'})
+
+
+def test_times_are_written_and_read_in_the_microtime_format_of_lease_fields():
+    moment = datetime.datetime(2020, 1, 2, 3, 4, 5, 678901, tzinfo=datetime.timezone(datetime.timedelta(hours=2)))
+    assert microtime(moment) == '2020-01-02T01:04:05.678901Z'
+    assert parse_microtime('2020-01-02T01:04:05.678901Z') == moment
+    naive = parse_microtime('2020-01-02T01:04:05')
+    assert naive == datetime.datetime(2020, 1, 2, 1, 4, 5, tzinfo=datetime.timezone.utc)
+    assert parse_microtime(None) is None and parse_microtime('') is None and parse_microtime('yesterday') is None
