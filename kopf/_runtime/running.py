@@ -25,10 +25,11 @@ from kopf._daemons.calls import patch_object
 from kopf._daemons.keeper import Daemons
 from kopf._handlers.registries import Activity, OperatorRegistry, get_default_registry
 from kopf._indexing import indexing
-from kopf._kube import auth, events, watching
+from kopf._kube import applying, auth, events, watching
 from kopf._kube.auth import APIContext
 from kopf._kube.errors import APIConnectionError, APIError, APIForbiddenError, APINotFoundError, describe_api_failure
 from kopf._kube.objects import ObjectsClient
+from kopf._reconciliation import reconciling
 from kopf._replicas import fencing, peering
 from kopf._runtime import activities, allocation, observation, orchestration, posting, preflight, probes, probing
 from kopf._storage import cluster
@@ -231,6 +232,7 @@ async def _serve(
     stop = asyncio.Event()
     health = probing.Health()
     indexes = indexing.OperatorIndexes(registry)
+    reconciliation = reconciling.OperatorReconciliation(registry, config=config, memo=memo)
     # An embedding application that passes its own stop flag keeps its own signal handling.
     with _stop_on_signals(stop) if stop_flag is None else contextlib.nullcontext():
         # A port in use fails here, before anything else has started.
@@ -250,9 +252,13 @@ async def _serve(
                     relogin = functools.partial(_login, registry=registry, config=config, memo=memo, indexes=indexes)
                     context = await stack.enter_async_context(_api_context(info, config=config, relogin=relogin))
                     await stack.enter_async_context(_storages(config, context=context))
+                    await reconciliation.check(context=context, namespaces=[None] if scope is None else
+                                               sorted(scope.exact_names))
                     insights = await stack.enter_async_context(observation.observing(
                         context=context, selectors=registry.selectors, config=config, scope=scope, stop=stop))
-                    await preflight.check_persistence(context=context, resources=insights.resources.values(),
+                    handled = [resource for selector, resource in insights.resources.items()
+                               if not registry.is_related_only(selector)]  # children-only: nothing is stored
+                    await preflight.check_persistence(context=context, resources=handled,
                                                       persistence=config.persistence)
                     admitted = await _resolve(context, registry.admission_selectors)
                     view = peering.ReplicaView() if config.peering.mode != 'standalone' else None
@@ -265,8 +271,9 @@ async def _serve(
                         clusterwide=clusterwide, stop=stop, view=view))
                     await _watch_all(context=context, insights=insights, registry=registry, config=config,
                                      memo=memo, stop=stop, ready_flag=ready_flag, health=health, peers=peers,
-                                     indexes=indexes)
-            except (serving.AdmissionSetupError, StorageError, observation.ObservationError) as e:
+                                     indexes=indexes, reconciliation=reconciliation)
+            except (serving.AdmissionSetupError, StorageError, observation.ObservationError,
+                    reconciling.ReconciliationError) as e:
                 raise OperatorError(str(e)) from e
             except peering.PeeringError as e:
                 raise OperatorError(str(e)) from None
@@ -389,6 +396,7 @@ async def _watch_all(
         health: probing.Health | None = None,
         peers: peering.Peering | None = None,
         indexes: indexing.OperatorIndexes | None = None,
+        reconciliation: reconciling.OperatorReconciliation | None = None,
 ) -> None:
     """
     Watch every served resource in every served namespace, and post events, until stopped.
@@ -411,22 +419,32 @@ async def _watch_all(
         cluster.provide([config.persistence.progress_storage, config.persistence.diffbase_storage],
                         cluster.ClusterAccess(ObjectsClient(handling_context)))
     indexes = indexes if indexes is not None else indexing.OperatorIndexes(registry)
+    reconciliation = reconciliation or reconciling.OperatorReconciliation(registry, config=config, memo=memo)
+    reconciliation.serve(context=handling_context, gate=gate)
+    applying.context_var.set(handling_context)  # for kopf.apply() in handlers
+    applying.loop_var.set(asyncio.get_running_loop())
 
     def spawn(stream: orchestration.Stream, until: asyncio.Event) -> tuple[asyncio.Task[None], Daemons | None]:
         keeper = _keeper(registry, stream.resource, handling_context, gate=gate)
+        reconciler = reconciliation.stage(stream.resource)
+        stages: list[cycle.Stage] = [*cycle.STAGES, *([keeper] if keeper is not None else []),
+                                     *([reconciler] if reconciler is not None else [])]
         watch = processing.ResourceWatch(context=handling_context, resource=stream.resource, selector=stream.selector,
-                                         registry=registry, config=config, memo=memo, indexes=indexes,
-                                         stages=cycle.STAGES if keeper is None else (*cycle.STAGES, keeper))
+                                         registry=registry, config=config, memo=memo, indexes=indexes, stages=stages)
         task = asyncio.create_task(_watch_one(watch, namespace=stream.namespace, stop=until, gate=gate,
-                                              insights=insights, indexes=indexes), name=f"kopf watch of {stream}")
+                                              insights=insights, indexes=indexes, reconciliation=reconciliation),
+                                   name=f"kopf watch of {stream}")
         return task, keeper
 
     streams = orchestration.Streams(spawn=spawn, exit_timeout=GRACEFUL_EXIT_TIMEOUT,
-                                    daemons_timeout=config.background.exit_timeout, indexes=indexes)
+                                    daemons_timeout=config.background.exit_timeout, indexes=indexes,
+                                    reconciliation=reconciliation)
     initial = orchestration.desired_streams(insights.resources, insights.namespaces)
     for stream in initial:
         if registry.get_indexing_handlers(stream.resource):
             indexes.expect(stream.listing)  # before any stream starts: handlers wait for all of the start
+        if reconciliation.relates(stream.resource):
+            reconciliation.expect(stream.listing)  # the first reconciliations see the children of the start
     insights.revised.clear()
     streams.follow(initial)
     if health is not None:
@@ -437,8 +455,9 @@ async def _watch_all(
     try:
         failure = await _follow(streams, insights, stop)
         closing = asyncio.create_task(streams.close_daemons(), name='kopf stopping daemons')
+        reconciled = asyncio.create_task(reconciliation.close(), name='kopf stopping the reconciliations')
         if peers is not None:
-            await asyncio.wait([closing])  # the next owner must not start them while ours still run
+            await asyncio.wait([closing, reconciled])  # the next owner must not start them while ours still run
             await peers.step_down(timeout=config.batching.exit_timeout)
         stop.set()
         streams.stop()
@@ -450,6 +469,7 @@ async def _watch_all(
     finally:
         await streams.cancel()
         await (closing or streams.close_daemons())
+        await reconciliation.close()
         logging.getLogger('kopf.objects').removeHandler(handler)
         await _drain(queue, timeout=1.0)
         poster.cancel()
@@ -524,6 +544,7 @@ async def _watch_one(
         gate: fencing.Gate | None = None,
         insights: observation.Insights | None = None,
         indexes: indexing.OperatorIndexes | None = None,
+        reconciliation: reconciling.OperatorReconciliation | None = None,
 ) -> None:
     """
     Watch one resource in one namespace (or cluster-wide) and handle its objects, until stopped.
@@ -540,7 +561,8 @@ async def _watch_one(
     delay = settings.reconnect_backoff
     while not stop.is_set():
         try:
-            await _handle_stream(watch, namespace=namespace, stop=stop, gate=gate, indexes=indexes)
+            await _handle_stream(watch, namespace=namespace, stop=stop, gate=gate, indexes=indexes,
+                                 reconciliation=reconciliation)
             return
         except APINotFoundError as e:
             if insights is None or not insights.scanning:
@@ -565,13 +587,22 @@ async def _handle_stream(
         stop: asyncio.Event,
         gate: fencing.Gate | None,
         indexes: indexing.OperatorIndexes | None,
+        reconciliation: reconciling.OperatorReconciliation | None = None,
 ) -> None:
     listing = (watch.selector, namespace)
-    listed = functools.partial(indexes.listed, listing) if indexes is not None else None
+    related = reconciliation is not None and reconciliation.relates(watch.resource)
+    callbacks = [functools.partial(indexes.listed, listing)] if indexes is not None else []
+    if reconciliation is not None and related:
+        callbacks.append(functools.partial(reconciliation.listed, listing, watch.resource))
+
+    def listed() -> None:
+        for callback in callbacks:
+            callback()
 
     def open_stream(until: asyncio.Event) -> AsyncIterator[RawEvent]:
         return watching.infinite_watch(context=watch.context, resource=watch.resource, namespace=namespace,
-                                       settings=watch.config.watching, stop=until, on_listed=listed)
+                                       settings=watch.config.watching, stop=until,
+                                       on_listed=listed if callbacks else None)
 
     stream: AsyncIterator[RawEvent]
     stream = open_stream(stop) if gate is None else fencing.gated_stream(gate, open_stream, stop=stop)
@@ -579,6 +610,13 @@ async def _handle_stream(
         # Every replica indexes every event, before the gate decides which objects it handles.
         stream = indexes.indexed(stream, listing=listing, registry=watch.registry, selector=watch.resource,
                                  resource=watch.resource, config=watch.config, memo=watch.memo, memos=watch.memos)
+    if reconciliation is not None and related:
+        # Every replica sees every child: a child belongs to its owner's replica, not to its own uid's.
+        stream = reconciliation.watched(stream, resource=watch.resource, listing=listing)
+    if watch.registry.is_related_only(watch.resource):
+        async for _ in stream:  # watched for the reconcile handlers of other resources only: nothing to handle
+            pass
+        return
     await queueing.watch_objects(stream=stream, processor=functools.partial(processing.process_event, watch),
                                  settings=watch.config.batching, gate=gate)
 
