@@ -13,8 +13,8 @@ $(VENV)/.installed: requirements.txt setup.py
 	$(BIN)/pip install --quiet -r requirements.txt
 	touch $@
 
-controlplane:
-	bash tests/e2e/controlplane/build.sh
+controlplane: venv
+	$(BIN)/python -m kopf.testing build
 
 test: venv controlplane
 	$(BIN)/ruff check kopf tests examples tools benchmarks

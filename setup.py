@@ -6,7 +6,8 @@ setup(
     description='Kubernetes Operator Pythonic Framework',
     python_requires='>=3.10',
     packages=find_packages(include=['kopf', 'kopf.*']),
-    package_data={'kopf': ['py.typed']},
+    # The Go sources of the test kit's control plane: it is built from them on the user's machine, once.
+    package_data={'kopf': ['py.typed'], 'kopf._testkit': ['go/go.mod', 'go/go.sum', 'go/cmd/*/*.go']},
     entry_points={'console_scripts': ['kopf = kopf.cli:console']},
     install_requires=[
         'aiohttp',
@@ -26,5 +27,7 @@ setup(
         # Prometheus metrics (kopf run --metrics URL), and OpenTelemetry traces (configured by OTEL_* variables).
         'metrics': ['prometheus_client'],
         'tracing': ['opentelemetry-api', 'opentelemetry-sdk', 'opentelemetry-exporter-otlp-proto-http'],
+        # The test kit (kopf.testing, the pytest plugin): certificates of the local control plane, and pytest.
+        'testing': ['cryptography', 'pytest'],
     },
 )

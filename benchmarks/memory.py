@@ -39,7 +39,7 @@ if str(REPO) not in sys.path:
 
 from benchmarks import procstats, sidebyside  # noqa: E402
 from benchmarks.traced_operator import ARENAS_ENV, FRAMES_ENV, PROFILE_ENV, REGIONS_ENV, SNAPSHOT_DIR_ENV  # noqa: E402
-from tests.e2e.controlplane import ControlPlane  # noqa: E402
+from kopf.testing import ControlPlane  # noqa: E402
 
 # --------------------------------------------------------------------------------------------- #
 # The driver

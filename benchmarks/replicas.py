@@ -51,8 +51,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks.replicas_operator import burn  # noqa: E402
 from kopf._cycle.queueing import event_key  # noqa: E402
 from kopf._replicas import ownership  # noqa: E402
-from tests.e2e.controlplane import ControlPlane  # noqa: E402
-from tests.e2e.kubeapi import KubeAPI  # noqa: E402
+from kopf.testing import ControlPlane, KubeAPI  # noqa: E402
 
 OPERATOR = REPO / 'benchmarks' / 'replicas_operator.py'
 CRD_PATH = REPO / 'examples' / 'crd.yaml'

@@ -73,7 +73,7 @@ if str(REPO) not in sys.path:  # for ``python benchmarks/sidebyside.py``
     sys.path.insert(0, str(REPO))
 
 from benchmarks import apimetrics, peers, procstats  # noqa: E402
-from tests.e2e.controlplane import ControlPlane, ControlPlaneError  # noqa: E402
+from kopf.testing import ControlPlane, ControlPlaneError  # noqa: E402
 
 OPERATOR_FILE = Path(__file__).resolve().parent / 'quick_operator.py'
 GROUP, VERSION, PLURAL, KIND = 'bench.kopf.dev', 'v1', 'kopfbenchmarks', 'KopfBenchmark'
@@ -756,7 +756,7 @@ async def benchmark(plane: ControlPlane, options: Options, *,
 
 
 def _apply_crd(plane: ControlPlane) -> None:
-    from tests.e2e.kubeapi import KubeAPI
+    from kopf.testing import KubeAPI
     KubeAPI(plane).apply_crd(CRD)
 
 

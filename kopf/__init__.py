@@ -22,6 +22,7 @@ from kopf._handlers.loggers import LocalObjectLogger, ObjectLogger
 from kopf._handlers.reasons import Reason
 from kopf._handlers.registries import Activity, OperatorRegistry, get_default_registry, set_default_registry
 from kopf._indexing.indexes import Index, Store
+from kopf._kube.applying import ApplyConflictError, apply, apply_async
 from kopf._kube.auth import (
     LoginError,
     login_default,
@@ -33,6 +34,8 @@ from kopf._kube.auth import (
     login_with_kubeconfig,
     login_with_service_account,
 )
+from kopf._reconciliation.links import Children
+from kopf._reconciliation.planning import Requeue
 from kopf._runtime.logsetup import LogFormat, configure
 from kopf._runtime.posting import event, exception, info, warn
 from kopf._runtime.running import OperatorError, operator, run, run_tasks, spawn_tasks
@@ -55,6 +58,7 @@ from kopf._storage.progress import (
 from kopf._storage.records import ProgressRecord
 from kopf._storage.sqlite import SQLiteDiffBaseStorage, SQLiteProgressStorage
 from kopf._structs.bodies import Body, Meta, RawBody, Spec, Status
+from kopf._structs.conditions import Condition, get_condition, is_observed, set_condition
 from kopf._structs.credentials import AiohttpSession, ConnectionInfo
 from kopf._structs.dicts import FieldPath, FieldSpec
 from kopf._structs.diffs import Diff, DiffItem, DiffOperation
@@ -128,8 +132,11 @@ __all__ = [
     'Annotations',
     'AnnotationsDiffBaseStorage',
     'AnnotationsProgressStorage',
+    'ApplyConflictError',
     'AsyncDaemonStopperChecker',
     'Body',
+    'Children',
+    'Condition',
     'BodyEssence',
     'ConfigMapDiffBaseStorage',
     'ConfigMapProgressStorage',
@@ -174,6 +181,7 @@ __all__ = [
     'RawBody',
     'RawEvent',
     'RawEventType',
+    'Requeue',
     'Reason',
     'Resource',
     'SQLiteDiffBaseStorage',
@@ -205,6 +213,8 @@ __all__ = [
     'all_',
     'any_',
     'append_owner_reference',
+    'apply',
+    'apply_async',
     'build_object_reference',
     'build_owner_reference',
     'configure',
@@ -213,10 +223,12 @@ __all__ = [
     'exception',
     'execute',
     'get_default_lifecycle',
+    'get_condition',
     'get_default_registry',
     'harmonize_naming',
     'index',
     'info',
+    'is_observed',
     'label',
     'lifecycles',
     'login_default',
@@ -235,6 +247,7 @@ __all__ = [
     'remove_owner_reference',
     'run',
     'run_tasks',
+    'set_condition',
     'set_default_lifecycle',
     'set_default_registry',
     'spawn_tasks',

@@ -15,7 +15,7 @@ unchanged, so that decorators can be stacked.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, TypeVar
 
 from typing_extensions import Unpack
@@ -31,6 +31,7 @@ from kopf._handlers.registries import (
     DaemonHandler,
     IndexingHandler,
     OperatorRegistry,
+    ReconcilingHandler,
     TimerHandler,
     WatchingHandler,
 )
@@ -51,6 +52,7 @@ IndexingDecorator = Decorator[Callable[..., Any]]
 WebhookDecorator = Decorator[Callable[..., Any]]
 DaemonDecorator = Decorator[Callable[..., Any]]
 TimerDecorator = Decorator[Callable[..., Any]]
+ReconcileDecorator = Decorator[Callable[..., Any]]
 
 register = subhandling.register
 execute = subhandling.execute
@@ -394,6 +396,44 @@ def index(
     return _resource(IndexingHandler, OperatorRegistry.register_indexing_handler, resource, names, registry,
                      named_by_field=False, id=id, errors=errors, timeout=timeout, retries=retries, backoff=backoff,
                      labels=labels, annotations=annotations, when=when, field=field, value=value, param=param)
+
+
+def reconcile(
+        *resource: ResourceArg | None,
+        owns: Collection[ResourceArg | tuple[str, ...] | Selector] = (),
+        watches: Mapping[ResourceArg | tuple[str, ...] | Selector, Callable[..., Any]] | None = None,
+        resync: float | None = None,
+        coalesce: float | None = None,
+        backoff: float | None = None,
+        max_backoff: float | None = None,
+        errors: ErrorsMode | None = None,
+        id: str | None = None,
+        labels: MetaFilter | None = None,
+        annotations: MetaFilter | None = None,
+        when: WhenFilter | None = None,
+        field: dicts.FieldSpec | None = None,
+        value: ValueFilter = None,
+        param: Any = None,
+        registry: OperatorRegistry | None = None,
+        **names: Unpack[ResourceNames],
+) -> Decorator[F]:
+    """
+    Called with an object's current state to make the world match it; see :doc:`reconciliation`.
+
+    Called when the object appears or its essence changes, when a child of
+    a resource in ``owns=`` (by its owner reference) or an object of a
+    resource in ``watches=`` (by its mapper) appears, changes or goes, after
+    ``resync`` seconds without a call, and when it returns
+    ``kopf.Requeue(after=...)``. Calls are coalesced (``coalesce`` seconds
+    of quiet, default 0.25), never concurrent for one object, and failures
+    are retried after a back-off from ``backoff`` (default 1) doubling up
+    to ``max_backoff`` (default 300) seconds. The handler gets ``children``
+    (by resource as named in ``owns=``/``watches=``) and ``triggers``.
+    """
+    return _resource(ReconcilingHandler, OperatorRegistry.register_reconciling_handler, resource, names, registry,
+                     id=id, owns=owns, watches=watches, resync=resync, coalesce=coalesce, backoff=backoff,
+                     max_backoff=max_backoff, errors=errors, labels=labels, annotations=annotations, when=when,
+                     field=field, value=value, param=param)
 
 
 def validate(

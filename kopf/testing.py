@@ -1,13 +1,21 @@
 """
-Running an operator in tests: ``with KopfRunner(['run', 'op.py']) as runner: ...``.
+Testing operators: a real API server for end-to-end tests, and the operator run inside the test.
 
-The operator runs in a background thread exactly as ``kopf run`` would; on
-exit from the block it is stopped gracefully, and its output, exit code and
-exception are available for assertions. ``registry=`` and ``settings=`` give
-the operator a registry and settings of the test's own, as in Kopf.
+* :class:`KopfRunner` runs ``kopf run ...`` in a background thread exactly
+  as the command would; on exit from its ``with`` block it is stopped
+  gracefully, and its output, exit code and exception are available for
+  assertions (``registry=`` and ``settings=`` as in Kopf).
+* :class:`ControlPlane` runs a throwaway local ``kube-apiserver`` + ``etcd``
+  (built with Go on first use, or taken from ``$KOPF_CONTROLPLANE_BIN``);
+  :class:`KubeAPI` is a plain client to check what the server holds, and
+  :func:`wait_for` waits for a condition instead of sleeping.
+
+``python -m kopf.testing build`` builds (or finds) the control plane's
+binaries; ``python -m kopf.testing up`` runs one until Ctrl-C.
 """
 from __future__ import annotations
 
+import sys
 import threading
 import types
 from collections.abc import Sequence
@@ -17,7 +25,19 @@ import click.testing
 
 from kopf import cli
 from kopf._handlers.registries import OperatorRegistry
+from kopf._testkit import commands
+from kopf._testkit.controlplane import ControlPlane, ControlPlaneError
+from kopf._testkit.kubeapi import KubeAPI, KubeAPIError, wait_for
 from kopf.config import OperatorConfig
+
+__all__ = [
+    'ControlPlane',
+    'ControlPlaneError',
+    'KopfRunner',
+    'KubeAPI',
+    'KubeAPIError',
+    'wait_for',
+]
 
 
 class KopfRunner:
@@ -101,3 +121,7 @@ class KopfRunner:
     def exception(self) -> BaseException | None:
         exc: Any = self.result.exception
         return exc  # type: ignore[no-any-return]
+
+
+if __name__ == '__main__':
+    sys.exit(commands.main())

@@ -31,10 +31,12 @@ BOX_WIDTH, BOX_HEIGHT, GAP_X, GAP_Y, MARGIN = 150, 34, 24, 46, 20
 
 # What each package is, in a few words, under its name in the picture.
 ROLES = {
-    'testing': 'KopfRunner', '__main__': 'python -m kopf', 'cli': 'kopf run, inspect, ...', 'on': 'decorators',
+    'testing': 'KopfRunner, test kit', '_testkit': 'control plane, cycles', '__main__': 'python -m kopf',
+    'cli': 'kopf run, inspect, ...', 'on': 'decorators',
     'typed': 'typed resources', '_manifests': 'CRDs, RBAC, Deployment', '_typed': 'models, CRD schemas',
     '_tools': 'inspect, migrate', '_runtime': 'wiring, activities', '_daemons': 'daemons, timers',
-    '_indexing': 'in-memory indexes', '_replicas': 'HA, shards, fences', '_admission': 'webhooks',
+    '_indexing': 'in-memory indexes', '_reconciliation': 'level-based handlers', '_replicas': 'HA, shards, fences',
+    '_admission': 'webhooks',
     '_cycle': 'one object, one event', '_handlers': 'declare, call, judge', 'config': 'settings',
     '_storage': 'progress, diff-base', '_kube': 'the API client', 'errors': 'public errors',
     '_observability': 'metrics, traces, readiness',

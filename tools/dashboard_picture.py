@@ -419,9 +419,8 @@ def scrape(url: str) -> dict[tuple[str, Labels], float]:
 def run(seconds: float, waves: int, per_wave: int) -> tuple[Series, float, float]:
     """An operator handles waves of ConfigMaps behind the fault proxy; its metrics are scraped every second."""
     sys.path.insert(0, str(REPO))
-    from tests.e2e.controlplane import ControlPlane
+    from kopf.testing import ControlPlane, KubeAPI
     from tests.e2e.faultproxy import Fault, FaultProxy, Request
-    from tests.e2e.kubeapi import KubeAPI
 
     counter = {'patch': 0, 'watch': 0}
     lock = threading.Lock()

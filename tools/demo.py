@@ -37,8 +37,7 @@ sys.path.insert(0, str(REPO))  # for `python tools/demo.py` from anywhere
 
 import yaml  # noqa: E402
 
-from tests.e2e.controlplane import ControlPlane, ControlPlaneError  # noqa: E402
-from tests.e2e.kubeapi import KubeAPI, KubeAPIError, wait_for  # noqa: E402
+from kopf.testing import ControlPlane, ControlPlaneError, KubeAPI, KubeAPIError, wait_for  # noqa: E402
 
 NAMESPACE = 'kopf-demo'
 NAME = 'demo'

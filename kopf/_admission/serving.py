@@ -22,7 +22,8 @@ and replicas with endpoints of their own rewrite them once per change of the
 steward, never back and forth. A replica that exits removes them only if it
 is the steward and no other replica is alive; otherwise it keeps serving
 until another replica has taken them over (or a Lease duration has passed),
-so that requests do not go to a server that has stopped.
+so that requests do not go to a server that has stopped. The rechecks and the
+hand-over are timed by an injected clock (the system's by default).
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ from kopf._handlers.filters import ABSENT, PRESENT, MetaFilter
 from kopf._handlers.registries import AdmissionHandler, OperatorRegistry
 from kopf._kube.auth import APIContext
 from kopf._kube.errors import APIConnectionError, APIError, APIForbiddenError
+from kopf._structs.clocks import SYSTEM_CLOCK, Clock
 from kopf._structs.resources import Resource, Selector
 from kopf._structs.reviews import WebhookClientConfig, WebhookServerProtocol, WebhookType
 from kopf.config import OperatorConfig
@@ -117,6 +119,7 @@ async def admission_webhooks(
         indexes: Mapping[str, Any] | None = None,
         replicas: Replicas | None = None,
         served: Callable[[str], bool] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
 ) -> AsyncIterator[None]:
     """
     Serve the admission webhooks (if there are admission handlers) while the block runs.
@@ -156,7 +159,7 @@ async def admission_webhooks(
             configured.append(first)
             keeper = asyncio.create_task(
                 _steward(context, managed, layout, replicas, server_task, endpoints, stop, failure, configured,
-                         recheck=float(config.peering.lease_duration)),
+                         recheck=float(config.peering.lease_duration), clock=clock),
                 name='kopf webhook configurations')
         elif first is not None:
             await _configure(context, managed, layout, first, configured)
@@ -169,7 +172,7 @@ async def admission_webhooks(
             keeper.cancel()
             await asyncio.gather(keeper, return_exceptions=True)
         if managed and configured and replicas is not None:
-            await _leave(context, managed, layout, replicas, configured[-1])
+            await _leave(context, managed, layout, replicas, configured[-1], clock=clock)
         elif managed and configured:
             await _unconfigure(context, managed, layout, configured[-1])
         server_task.cancel()
@@ -318,6 +321,7 @@ async def _steward(
         configured: list[WebhookClientConfig],
         *,
         recheck: float,
+        clock: Clock = SYSTEM_CLOCK,
 ) -> None:
     """
     Keep the configurations while this replica is the steward; follow the server's endpoints.
@@ -326,14 +330,13 @@ async def _steward(
     when its endpoint changes, and every ``recheck`` seconds (someone may
     have changed or deleted them); it writes only what differs in substance.
     """
-    loop = asyncio.get_running_loop()
     key = steward_key(managed)
     stewarding = False
     checked_at: float | None = None
     while True:
         revision = replicas.revision
         steward, identity = replicas.steward(key), replicas.identity
-        due = checked_at is None or loop.time() >= checked_at + recheck
+        due = checked_at is None or clock.monotonic() >= checked_at + recheck
         if steward and identity is not None and (not stewarding or due):
             try:
                 await _reconcile(context, managed, layout, configured[-1], identity)
@@ -348,13 +351,18 @@ async def _steward(
                 logger.warning("Cannot keep the webhook configurations %r right now: %s; trying again later.",
                                managed, _text(e))
                 steward = False  # try again as if it had just become the steward
-            checked_at = loop.time()
+            checked_at = clock.monotonic()
         stewarding = steward
         getter = asyncio.create_task(endpoints.get())
         waiter = asyncio.create_task(replicas.revised(revision))
+        recheck_due: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        timer = clock.call_later(recheck, functools.partial(_resolve, recheck_due))
         try:
-            await asyncio.wait([getter, waiter, server_task], timeout=recheck, return_when=asyncio.FIRST_COMPLETED)
+            awaited: list[asyncio.Future[Any]] = [getter, waiter, server_task, recheck_due]
+            await asyncio.wait(awaited, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            timer.cancel()
+            recheck_due.cancel()
             getter.cancel()
             waiter.cancel()
             await asyncio.gather(getter, waiter, return_exceptions=True)
@@ -444,6 +452,8 @@ async def _leave(
         layout: functools.partial[list[dict[str, Any]]],
         replicas: Replicas,
         endpoint: WebhookClientConfig,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
 ) -> None:
     """
     At a replica's exit: remove the configurations if it was the last replica, else hand them over.
@@ -464,15 +474,14 @@ async def _leave(
         return
     logger.info("Other replicas are alive: the webhook configurations %r stay; waiting for one of them to take "
                 "them over.", managed)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + replicas.handover_timeout
-    while loop.time() < deadline:
+    deadline = clock.monotonic() + replicas.handover_timeout
+    while clock.monotonic() < deadline:
         stewards = await _stewards(context, managed)
         if identity not in stewards and None not in stewards:
             logger.info("The webhook configurations %r are kept by %s now.", managed,
                         ', '.join(sorted(str(steward) for steward in stewards)) or 'nobody (they are gone)')
             return
-        await asyncio.sleep(HANDOVER_POLLING)
+        await clock.sleep(HANDOVER_POLLING)
     logger.warning("No other replica has taken the webhook configurations %r over within %.0fs; removing them, "
                    "since they may point to this replica's server, which stops now. The next replica to keep "
                    "them writes them anew.", managed, replicas.handover_timeout)
@@ -601,6 +610,11 @@ def _is_label_key(key: str) -> bool:
     if prefix and (len(prefix) > 253 or not re.match(rf'^{_DNS_LABEL}(\.{_DNS_LABEL})*$', prefix)):
         return False
     return len(name) <= 63 and bool(_LABEL_NAME_RE.match(name))
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _text(error: BaseException | None) -> str:

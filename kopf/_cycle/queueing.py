@@ -12,6 +12,9 @@ delivers an object's events in order, so every other event that arrives
 before the patch's own is older than the patch: however long the stream lags
 behind (a busy operator or API server), such events are skipped. A wake-up
 that is due meanwhile continues from the patched object instead.
+
+When a worker wakes up is decided apart from the waiting (:func:`_plan`), by
+the injected clock, so that tests move the clock instead of waiting.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from typing import Any, Protocol
 from kopf._cycle import failures
 from kopf._observability.recording import NULL_QUEUE, QueueProbe
 from kopf._structs.bodies import object_key
+from kopf._structs.clocks import SYSTEM_CLOCK, Clock
 from kopf._structs.typedefs import RawEvent
 
 logger = logging.getLogger('kopf._cycle.queueing')
@@ -103,6 +107,7 @@ async def watch_objects(
         settings: BatchingSettings,
         gate: Gate | None = None,
         probe: QueueProbe = NULL_QUEUE,
+        clock: Clock = SYSTEM_CLOCK,
 ) -> None:
     """Route every event of a stream to its object's worker until the stream ends; ``probe`` observes the queue."""
     mailboxes: dict[str, _Mailbox] = {}
@@ -118,7 +123,7 @@ async def watch_objects(
                 mailbox = mailboxes[key] = _Mailbox()
                 mailbox.task = asyncio.create_task(
                     _worker(key, mailbox=mailbox, processor=processor, settings=settings, limiter=limiter,
-                            gate=gate, probe=probe),
+                            gate=gate, probe=probe, clock=clock),
                     name=f"kopf worker {key}")
                 mailbox.task.add_done_callback(
                     functools.partial(_forget, key, mailbox, mailboxes, describe(raw_event), repeats, probe))
@@ -127,7 +132,7 @@ async def watch_objects(
             del raw_event, mailbox  # while awaiting the next event, only the workers hold objects
     finally:
         await _stop_workers([m.task for m in mailboxes.values() if m.task is not None],
-                            timeout=settings.exit_timeout)
+                            timeout=settings.exit_timeout, clock=clock)
 
 
 class _Mailbox:
@@ -186,12 +191,11 @@ class _Mailbox:
             self.expected_rv = None if arrived else resource_version
         self.versions.clear()
 
-    async def wait(self, timeout: float) -> bool:
-        """Sleep until the next event arrives (true), or the timeout (false)."""
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[bool] = loop.create_future()
+    async def wait(self, timeout: float, clock: Clock) -> bool:
+        """Sleep until the next event arrives (true), or the timeout of the clock (false)."""
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiter = waiter
-        timer = loop.call_later(timeout, _resolve, waiter, False)
+        timer = clock.call_later(timeout, functools.partial(_resolve, waiter, False))
         try:
             return await waiter
         finally:
@@ -235,11 +239,18 @@ def _forget(
                          what, type(error).__name__, error, failures.repeated(suppressed), exc_info=error)
 
 
-async def _stop_workers(tasks: list[asyncio.Task[None]], *, timeout: float) -> None:
+async def _stop_workers(tasks: list[asyncio.Task[None]], *, timeout: float, clock: Clock) -> None:
     """Let workers finish their current handling, then cancel the rest."""
     if not tasks:
         return
-    _, pending = await asyncio.wait(tasks, timeout=timeout)
+    everything = asyncio.ensure_future(asyncio.wait(tasks))
+    timer = clock.call_later(timeout, everything.cancel)
+    try:
+        await asyncio.wait([everything])
+    finally:
+        timer.cancel()
+        everything.cancel()
+    pending = [task for task in tasks if not task.done()]
     for task in pending:
         task.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
@@ -254,12 +265,13 @@ async def _worker(
         limiter: asyncio.Semaphore | None,
         gate: Gate | None = None,
         probe: QueueProbe = NULL_QUEUE,
+        clock: Clock = SYSTEM_CLOCK,
 ) -> None:
     """Handle one object's events until it is gone, idle for a while, or not ours any more."""
     delay: float | None = None
     fallback: RawEvent | None = None  # the freshest state known besides the mailbox: our patched object
     while True:
-        step = await _next_event(key, mailbox, settings, delay=delay, fallback=fallback)
+        step = await _next_event(key, mailbox, settings, delay=delay, fallback=fallback, clock=clock)
         if step is None:
             return  # idle: the object will get a new worker with its next event
         raw_event, woken_up = step
@@ -280,6 +292,33 @@ async def _worker(
         del raw_event, outcome
 
 
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """Until when a worker waits for an event, and what it does if none comes by then."""
+
+    deadline: float  # by the clock's monotonic time
+    wakes_up: bool  # whether it is a wake-up after a delay (otherwise: it stops waiting)
+
+
+def _plan(*, started: float, delay: float | None, awaiting_patch: bool, idle_timeout: float) -> _Plan:
+    """
+    When a worker that has waited since ``started`` stops waiting for events.
+
+    While our own patch's event is awaited, a due wake-up waits at least for
+    the consistency timeout, and the worker gives up on the patch's event
+    only after the consistency limit; otherwise, a delay wakes it up, or it
+    goes idle after the idle timeout.
+    """
+    if awaiting_patch:
+        give_up = started + CONSISTENCY_LIMIT
+        if delay is not None and started + max(delay, CONSISTENCY_TIMEOUT) <= give_up:
+            return _Plan(deadline=started + max(delay, CONSISTENCY_TIMEOUT), wakes_up=True)
+        return _Plan(deadline=give_up, wakes_up=False)
+    if delay is not None:
+        return _Plan(deadline=started + delay, wakes_up=True)
+    return _Plan(deadline=started + idle_timeout, wakes_up=False)
+
+
 async def _next_event(
         key: str,
         mailbox: _Mailbox,
@@ -287,6 +326,7 @@ async def _next_event(
         *,
         delay: float | None,
         fallback: RawEvent | None,
+        clock: Clock = SYSTEM_CLOCK,
 ) -> tuple[RawEvent, bool] | None:
     """
     The next state to handle and whether it is a wake-up after a delay; ``None`` when idle for long.
@@ -295,25 +335,16 @@ async def _next_event(
     the events that arrive meanwhile are older than the patch: they are kept
     back. A wake-up due meanwhile continues from the patched object.
     """
-    loop = asyncio.get_running_loop()
-    started = loop.time()
+    started = clock.monotonic()
     while mailbox.latest is None or mailbox.expected_rv is not None:
-        wake_up: float | None = None
-        give_up: float | None = None
-        if mailbox.expected_rv is not None:
-            wake_up = None if delay is None else started + max(delay, CONSISTENCY_TIMEOUT)
-            give_up = started + CONSISTENCY_LIMIT
-        elif delay is not None:
-            wake_up = started + delay
-        else:
-            give_up = started + settings.idle_timeout
-        deadline = min(t for t in (wake_up, give_up) if t is not None)
-        remaining = deadline - loop.time()
-        if remaining > 0 and await mailbox.wait(remaining):
+        plan = _plan(started=started, delay=delay, awaiting_patch=mailbox.expected_rv is not None,
+                     idle_timeout=settings.idle_timeout)
+        remaining = plan.deadline - clock.monotonic()
+        if remaining > 0 and await mailbox.wait(remaining, clock):
             continue  # an event: look again whether it is the awaited one
-        if deadline != wake_up and mailbox.expected_rv is None:
+        if not plan.wakes_up and mailbox.expected_rv is None:
             return None  # idle for long
-        if deadline != wake_up:
+        if not plan.wakes_up:
             logger.warning("The event of our own patch of %s (resourceVersion %s) has not arrived in %ss; "
                            "continuing from the patched object.", key, mailbox.expected_rv, CONSISTENCY_LIMIT)
             mailbox.expected_rv = None
@@ -322,8 +353,7 @@ async def _next_event(
             return None
         mailbox.handling(fallback)
         return fallback, True
-    await asyncio.sleep(settings.batch_window)  # the events meanwhile replace each other
+    await clock.sleep(settings.batch_window)  # the events meanwhile replace each other
     raw_event = mailbox.take()
     assert raw_event is not None  # only this worker takes, and it has seen an event
     return raw_event, False
-

@@ -13,13 +13,14 @@ preceded by ``parent/`` for a sub-handler.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Mapping
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Collection, Hashable, Mapping
+from typing import Any, Generic, TypeVar, cast
 
 from kopf._handlers.filters import check_field_filters
-from kopf._handlers.registries import BaseHandler, check_id, check_policy_types
+from kopf._handlers.registries import BaseHandler, Relation, check_id, check_policy_types
 from kopf._structs import dicts
 from kopf._structs.ids import HandlerId
+from kopf._structs.resources import ResourceArg, Selector
 from kopf._structs.reviews import OPERATIONS, Operation
 
 H = TypeVar('H', bound=BaseHandler)
@@ -65,6 +66,9 @@ def prepare(
                         old=options.get('old'), new=options.get('new'))
     if 'operation' in options:
         options['operations'] = operations(operation=options.pop('operation'), operations=options.get('operations'))
+    if 'owns' in options or 'watches' in options:
+        options['relations'] = relations(owns=options.pop('owns', None), watches=options.pop('watches', None))
+        check_backoffs(backoff=options.get('backoff'), max_backoff=options.get('max_backoff'))
     for name, value in options.items():
         check = _CHECKS.get(name)
         if check is not None:
@@ -125,6 +129,57 @@ def operations(
     return frozenset(value for value in OPERATIONS if value in values)
 
 
+def relations(*, owns: Collection[Any] | None, watches: Mapping[Any, Any] | None) -> tuple[Relation, ...]:
+    """
+    The resources that a reconcile handler owns (``owns=``) or watches through mappers (``watches=``).
+
+    Each is given as a decorator's resource is: a name (``'configmaps'``,
+    ``'deployments.apps'``), a tuple of positional arguments
+    (``('apps', 'v1', 'deployments')``), or a selector; it must name one
+    resource. Its ``children`` are named by how it was given.
+    """
+    if isinstance(owns, (str, bytes)):
+        raise ValueError(f"owns= is a list of resources such as ['configmaps'], got a string: {owns!r}.")
+    if watches is not None and not isinstance(watches, Mapping):
+        raise ValueError(f"watches= maps resources to mappers, e.g. {{'configmaps': fn}}, got {watches!r}.")
+    result: list[Relation] = [Relation(name=entry, selector=_related(entry, 'owns')) for entry in owns or ()]
+    for entry, mapper in (watches or {}).items():
+        if not callable(mapper):
+            raise ValueError(f"watches= maps resources to mappers (functions that name the owners to reconcile), "
+                             f"got {mapper!r} for {entry!r}.")
+        result.append(Relation(name=entry, selector=_related(entry, 'watches'), mapper=mapper))
+    names = [relation.name for relation in result]
+    repeated = sorted({repr(name) for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"A resource is named more than once in owns= and watches=: {', '.join(repeated)}.")
+    return tuple(result)
+
+
+def _related(entry: Any, option: str) -> Selector:
+    try:
+        if isinstance(entry, Selector):
+            selector = entry
+        elif isinstance(entry, tuple):
+            selector = Selector.from_args(*entry)
+        elif isinstance(entry, Hashable):
+            selector = Selector.from_args(cast(ResourceArg, entry))  # from_args says what it cannot take
+        else:
+            raise TypeError(f"a {type(entry).__name__} cannot name one")
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{option}= names resources as the decorators do ('configmaps', 'deployments.apps', "
+                         f"('apps', 'v1', 'deployments')): {entry!r} is none ({e}).") from None
+    if not selector.is_specific:
+        raise ValueError(f"{option}= names one resource per entry; {entry!r} selects many ({selector}).")
+    return selector
+
+
+def check_backoffs(*, backoff: Any, max_backoff: Any) -> None:
+    """The back-off grows from ``backoff`` up to ``max_backoff``: the cap may not be below the start."""
+    if isinstance(backoff, (int, float)) and isinstance(max_backoff, (int, float)) and max_backoff < backoff:
+        raise ValueError(f"max_backoff= ({max_backoff}) is the cap of the back-off and may not be less than "
+                         f"backoff= ({backoff}), where it starts.")
+
+
 def _seconds(name: str, value: Any) -> None:
     if value is None or callable(value):
         return
@@ -155,5 +210,8 @@ _CHECKS: dict[str, Callable[[str, Any], None]] = {
     'idle': _seconds,
     'cancellation_polling': _positive_seconds,
     'interval': _positive_seconds,
+    'resync': _positive_seconds,
+    'coalesce': _seconds,
+    'max_backoff': _positive_seconds,
     'subresource': _subresource,
 }

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import inspect
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
 from kopf._handlers import filters, invocation
@@ -260,6 +260,50 @@ class AdmissionHandler(ResourceHandler):
     ignore_failures: bool = False
 
 
+@dataclasses.dataclass(frozen=True)
+class Relation:
+    """
+    A resource whose objects matter to a reconcile handler: owned children, or related objects.
+
+    ``name`` is how the handler's ``children`` argument names the resource:
+    as it was given to ``owns=`` or ``watches=``. Owned children are found by
+    their owner references; related objects by the ``mapper``, which turns
+    one of them into the owners to reconcile.
+    """
+
+    name: Hashable
+    selector: Selector
+    mapper: Callable[..., Any] | None = dataclasses.field(default=None, compare=False)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReconcilingHandler(ResourceHandler):
+    """
+    A reconcile handler: called with the object's current state whenever it or what it owns has changed.
+
+    Calls are coalesced (``coalesce``: the quiet time after the last
+    trigger), never concurrent for one object, retried after an exponential
+    back-off from ``backoff`` up to ``max_backoff`` seconds, and repeated
+    after ``resync`` seconds without a call (see :mod:`kopf._reconciliation`).
+    """
+
+    relations: tuple[Relation, ...] = ()
+    resync: float | None = None
+    coalesce: float | None = None
+    max_backoff: float | None = None
+
+    def __str__(self) -> str:
+        return f"Reconciler {self.id!r}"
+
+    @property
+    def owns(self) -> tuple[Relation, ...]:
+        return tuple(relation for relation in self.relations if relation.mapper is None)
+
+    @property
+    def watches(self) -> tuple[Relation, ...]:
+        return tuple(relation for relation in self.relations if relation.mapper is not None)
+
+
 def matches(handler: ResourceHandler, *, body: Body, kwargs: Mapping[str, Any]) -> bool:
     """Whether the handler's filters accept the object as it is; ``kwargs`` are what the filter callbacks get."""
     return filters.match(handler, body=body, kwargs=kwargs)
@@ -331,6 +375,15 @@ def _duplicate_admission(_: Selector, new: AdmissionHandler, __: Selector, old: 
             f"their webhooks would mix up. Pass a unique id= to one of them.")
 
 
+def _duplicate_reconciling(
+        selector: Selector, new: ReconcilingHandler, other: Selector, old: ReconcilingHandler,
+) -> str | None:
+    if selector != other or new.id != old.id:
+        return None
+    return (f"Two reconcile handlers for {selector} share the id {new.id!r} ({old.fn!r} and {new.fn!r}); "
+            f"their back-off records would mix up. Pass a unique id= to one of them.")
+
+
 def _duplicate_subhandler(_: None, new: ChangingHandler, __: None, old: ChangingHandler) -> str | None:
     if new.id != old.id:
         return None
@@ -352,6 +405,7 @@ class OperatorRegistry:
         self.spawning: HandlerTable[Selector, SpawningHandler] = HandlerTable(_duplicate_spawning)
         self.indexing: HandlerTable[Selector, IndexingHandler] = HandlerTable(_duplicate_indexing)
         self.admission: HandlerTable[Selector, AdmissionHandler] = HandlerTable(_duplicate_admission)
+        self.reconciling: HandlerTable[Selector, ReconcilingHandler] = HandlerTable(_duplicate_reconciling)
 
     # Registration.
 
@@ -373,13 +427,28 @@ class OperatorRegistry:
     def register_indexing_handler(self, selector: Selector, handler: IndexingHandler) -> None:
         self.indexing.add(selector, handler)
 
+    def register_reconciling_handler(self, selector: Selector, handler: ReconcilingHandler) -> None:
+        self.reconciling.add(selector, handler)
+
     # Queries.
 
     @property
     def selectors(self) -> tuple[Selector, ...]:
-        """All resources with handlers, in the order of their first registration."""
-        tables = (self.changing, self.watching, self.spawning, self.indexing)
-        return tuple(dict.fromkeys(selector for table in tables for selector in table.keys()))
+        """All resources with handlers (and those that reconcile handlers watch), in the order of registration."""
+        tables = (self.changing, self.watching, self.spawning, self.indexing, self.reconciling)
+        declared = [selector for table in tables for selector in table.keys()]
+        return tuple(dict.fromkeys([*declared, *self.related_selectors]))
+
+    @property
+    def related_selectors(self) -> tuple[Selector, ...]:
+        """The resources that reconcile handlers own or watch, in the order of registration."""
+        return tuple(dict.fromkeys(relation.selector for _, handler in self.reconciling
+                                   for relation in handler.relations))
+
+    def is_related_only(self, resource: ResourceKey) -> bool:
+        """Whether a resource is watched only for reconcile handlers of other resources: nothing handles its objects."""
+        tables = (self.changing, self.watching, self.spawning, self.indexing, self.reconciling)
+        return not any(table.serving(resource) for table in tables)
 
     @property
     def admission_selectors(self) -> tuple[Selector, ...]:
@@ -410,6 +479,16 @@ class OperatorRegistry:
 
     def get_activity_handlers(self, activity: Activity) -> list[ActivityHandler]:
         return self.activity.declared_for(activity)
+
+    def iter_reconciling_handlers(self) -> Iterator[tuple[Selector, ReconcilingHandler]]:
+        """All reconcile handlers with the resources they were declared for."""
+        return iter(self.reconciling)
+
+    def get_reconciling_handlers(self, resource: ResourceKey) -> list[ReconcilingHandler]:
+        return list(self.reconciling.serving(resource))
+
+    def has_reconciling_handlers(self, resource: ResourceKey) -> bool:
+        return bool(self.reconciling.serving(resource))
 
     def get_watching_handlers(self, resource: ResourceKey) -> list[WatchingHandler]:
         return list(self.watching.serving(resource))

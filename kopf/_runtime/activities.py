@@ -120,7 +120,7 @@ async def _run_all(
                     results[handler.id] = outcome.result
         state = state.with_outcomes(outcomes)
         if not state.done:
-            await asyncio.sleep(state.delay or 0)
+            await clock.sleep(state.delay or 0)
     if errors:
         raise _failure(activity, errors)
     return results

@@ -33,7 +33,6 @@ Elsewhere than with glibc, nothing is done.
 """
 from __future__ import annotations
 
-import asyncio
 import ctypes
 import gc
 import logging
@@ -43,6 +42,8 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from kopf._structs.clocks import SYSTEM_CLOCK, Clock
 
 logger = logging.getLogger('kopf._runtime.allocation')
 
@@ -132,6 +133,7 @@ async def trim_when_quiet(
         measure: Callable[[], int] = free_memory,
         release: Callable[[], bool] = release_free_memory,
         collect: Callable[[], int] = gc.collect,
+        clock: Clock = SYSTEM_CLOCK,
 ) -> None:
     """
     Forever: once the allocator's free memory has grown by ``growth`` since the last trim, trim when quiet.
@@ -147,7 +149,7 @@ async def trim_when_quiet(
     baseline = measure()
     while True:
         started = cpu_time()
-        await asyncio.sleep(interval)
+        await clock.sleep(interval)
         size = measure()
         if size < baseline:
             baseline = size  # memory taken again: the new base, so that the next freeing is noticed

@@ -51,7 +51,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import time
 from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any
 
@@ -61,6 +60,7 @@ from kopf._kube.errors import APIConnectionError, APIError, APIForbiddenError, d
 from kopf._kube.session import APIContext
 from kopf._runtime import preflight
 from kopf._storage.errors import StorageError
+from kopf._structs.clocks import SYSTEM_CLOCK, Clock, wait_event
 from kopf._structs.namespaces import NamespaceScope
 from kopf._structs.resources import Resource, Selector
 from kopf.config import OperatorConfig, PersistenceConfig, WatchingConfig
@@ -217,11 +217,13 @@ async def observing(
         config: OperatorConfig,
         scope: NamespaceScope | None,
         stop: asyncio.Event,
+        clock: Clock = SYSTEM_CLOCK,
 ) -> AsyncIterator[Insights]:
     """
     Decide what to serve at the start, and keep it current while the block runs.
 
-    ``scope`` is ``None`` for a cluster-wide operator. Raises
+    ``scope`` is ``None`` for a cluster-wide operator; ``clock`` times the
+    retries while discovery lags behind the CRDs. Raises
     :class:`ObservationError` if the handlers' resources cannot be served as
     named (ambiguous names).
     """
@@ -247,7 +249,8 @@ async def observing(
                 await _first_listing(listed, tasks[-1], what='namespaces')
         if scanning:
             observer = _ResourceObserver(context=context, selectors=selectors, config=config, insights=insights,
-                                         stop=stop, awaited=bool(resolution.unresolved) or resolution.everything)
+                                         stop=stop, awaited=bool(resolution.unresolved) or resolution.everything,
+                                         clock=clock)
             tasks.append(asyncio.create_task(observer.run(), name='kopf resource observer'))
         yield insights
     finally:
@@ -362,7 +365,8 @@ class _ResourceObserver:
     """Watch the CRDs; on every change, resolve the handlers' resources anew until discovery agrees."""
 
     def __init__(self, *, context: APIContext, selectors: Collection[Selector], config: OperatorConfig,
-                 insights: Insights, stop: asyncio.Event, awaited: bool = True) -> None:
+                 insights: Insights, stop: asyncio.Event, awaited: bool = True, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.clock = clock
         self.awaited = awaited  # whether resources are expected to appear (unresolved ones, kopf.EVERYTHING)
         self.context = context
         self.selectors = selectors
@@ -397,7 +401,7 @@ class _ResourceObserver:
                 presence = crd_presence(event['object'], deleted=event['type'] == 'DELETED')
                 if presence is not None:
                     key, present = presence
-                    self.pending[key] = (present, time.monotonic())
+                    self.pending[key] = (present, self.clock.monotonic())
                     self.insights.rescan.set()
         except APIForbiddenError as e:
             self.insights.scanning = False
@@ -474,7 +478,7 @@ class _ResourceObserver:
 
     async def _lagging(self) -> bool:
         """Whether discovery still disagrees with a changed CRD (and it is worth waiting for it)."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         for key, (expected, since) in list(self.pending.items()):
             if await discovery.serves(context=self.context, group=key[0], plural=key[1]) == expected:
                 del self.pending[key]
@@ -485,5 +489,4 @@ class _ResourceObserver:
         return bool(self.pending)
 
     async def _sleep(self, delay: float) -> None:
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self.stop.wait(), timeout=delay)
+        await wait_event(self.stop, delay, clock=self.clock)

@@ -26,6 +26,7 @@ from typing import Any
 
 from kopf._daemons.keeper import Daemons
 from kopf._indexing import indexing
+from kopf._reconciliation import reconciling
 from kopf._structs.resources import Resource, Selector
 from kopf._structs.stoppers import DaemonStoppingReason
 
@@ -114,11 +115,13 @@ class Streams:
             exit_timeout: float,
             daemons_timeout: float,
             indexes: indexing.OperatorIndexes | None = None,
+            reconciliation: reconciling.OperatorReconciliation | None = None,
     ) -> None:
         self._spawn = spawn
         self._exit_timeout = exit_timeout
         self._daemons_timeout = daemons_timeout
         self._indexes = indexes
+        self._reconciliation = reconciliation
         self._running: dict[Stream, _Running] = {}
         self._tasks: dict[asyncio.Task[None], Stream] = {}
         self._retiring: set[asyncio.Task[None]] = set()
@@ -168,6 +171,8 @@ class Streams:
             await running.keeper.close(timeout=self._daemons_timeout, reason=DaemonStoppingReason.RESOURCE_DELETED)
         if self._indexes is not None:
             self._indexes.forget(running.stream.listing)
+        if self._reconciliation is not None:
+            self._reconciliation.forget(running.stream.listing)
         logger.debug("The watch of %s has stopped.", running.stream)
 
     async def close_daemons(self) -> None:

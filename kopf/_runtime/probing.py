@@ -19,7 +19,6 @@ import asyncio
 import dataclasses
 import json
 import logging
-import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 from aiohttp import web
 
 from kopf._observability import serving
+from kopf._structs.clocks import SYSTEM_CLOCK, Clock
 
 logger = logging.getLogger('kopf._runtime.probing')
 
@@ -95,8 +95,7 @@ class ProbeOutcome:
 class ProbeCache:
     """Runs the probe handlers when the last results are older than the period; one run at a time."""
 
-    def __init__(self, run: ProbeRunner, *, period: Callable[[], float],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, run: ProbeRunner, *, period: Callable[[], float], clock: Clock = SYSTEM_CLOCK) -> None:
         self._run = run
         self._period = period
         self._clock = clock
@@ -106,9 +105,9 @@ class ProbeCache:
 
     async def get(self) -> ProbeOutcome:
         async with self._lock:
-            if self._outcome is None or self._clock() - self._when >= self._period():
+            if self._outcome is None or self._clock.monotonic() - self._when >= self._period():
                 self._outcome = await self._fresh()
-                self._when = self._clock()
+                self._when = self._clock.monotonic()
             return self._outcome
 
     async def _fresh(self) -> ProbeOutcome:

@@ -25,12 +25,13 @@ from kopf._daemons.calls import patch_object
 from kopf._daemons.keeper import Daemons
 from kopf._handlers.registries import Activity, OperatorRegistry, get_default_registry
 from kopf._indexing import indexing
-from kopf._kube import auth, events, watching
+from kopf._kube import applying, auth, events, watching
 from kopf._kube.auth import APIContext
 from kopf._kube.errors import APIConnectionError, APIError, APIForbiddenError, APINotFoundError, describe_api_failure
 from kopf._kube.objects import ObjectsClient
 from kopf._observability import recording
 from kopf._observability.readiness import Readiness
+from kopf._reconciliation import reconciling
 from kopf._replicas import fencing, peering
 from kopf._runtime import (
     activities,
@@ -254,6 +255,7 @@ async def _serve(
     health = probing.Health()
     readiness = Readiness()
     indexes = indexing.OperatorIndexes(registry)
+    reconciliation = reconciling.OperatorReconciliation(registry, config=config, memo=memo)
     # An embedding application that passes its own stop flag keeps its own signal handling.
     with _stop_on_signals(stop) if stop_flag is None else contextlib.nullcontext():
         # A port in use fails here, before anything else has started.
@@ -275,9 +277,13 @@ async def _serve(
                     relogin = functools.partial(_login, registry=registry, config=config, memo=memo, indexes=indexes)
                     context = await stack.enter_async_context(_api_context(info, config=config, relogin=relogin))
                     await stack.enter_async_context(_storages(config, context=context))
+                    await reconciliation.check(context=context, namespaces=[None] if scope is None else
+                                               sorted(scope.exact_names))
                     insights = await stack.enter_async_context(observation.observing(
                         context=context, selectors=registry.selectors, config=config, scope=scope, stop=stop))
-                    await preflight.check_persistence(context=context, resources=insights.resources.values(),
+                    handled = [resource for selector, resource in insights.resources.items()
+                               if not registry.is_related_only(selector)]  # children-only: nothing is stored
+                    await preflight.check_persistence(context=context, resources=handled,
                                                       persistence=config.persistence)
                     admitted = await _resolve(context, registry.admission_selectors)
                     view = peering.ReplicaView() if config.peering.mode != 'standalone' else None
@@ -290,9 +296,9 @@ async def _serve(
                         clusterwide=clusterwide, stop=stop, view=view))
                     await _watch_all(context=context, insights=insights, registry=registry, config=config,
                                      memo=memo, stop=stop, ready_flag=ready_flag, health=health, peers=peers,
-                                     indexes=indexes, readiness=readiness)
+                                     indexes=indexes, readiness=readiness, reconciliation=reconciliation)
             except (serving.AdmissionSetupError, StorageError, observation.ObservationError,
-                    observing.ObservabilityError) as e:
+                    observing.ObservabilityError, reconciling.ReconciliationError) as e:
                 raise OperatorError(str(e)) from e
             except peering.PeeringError as e:
                 raise OperatorError(str(e)) from None
@@ -417,6 +423,7 @@ async def _watch_all(
         peers: peering.Peering | None = None,
         indexes: indexing.OperatorIndexes | None = None,
         readiness: Readiness | None = None,
+        reconciliation: reconciling.OperatorReconciliation | None = None,
 ) -> None:
     """
     Watch every served resource in every served namespace, and post events, until stopped.
@@ -444,24 +451,34 @@ async def _watch_all(
         recording.current().follow_replica(peers.state)
         if readiness is not None:
             readiness.coordinated(peers.coordination)
-    listed = readiness.listed if readiness is not None else None
+    on_listed = readiness.listed if readiness is not None else None
+    reconciliation = reconciliation or reconciling.OperatorReconciliation(registry, config=config, memo=memo)
+    reconciliation.serve(context=handling_context, gate=gate)
+    applying.context_var.set(handling_context)  # for kopf.apply() in handlers
+    applying.loop_var.set(asyncio.get_running_loop())
 
     def spawn(stream: orchestration.Stream, until: asyncio.Event) -> tuple[asyncio.Task[None], Daemons | None]:
         keeper = _keeper(registry, stream.resource, handling_context, gate=gate)
+        reconciler = reconciliation.stage(stream.resource)
+        stages: list[cycle.Stage] = [*cycle.STAGES, *([keeper] if keeper is not None else []),
+                                     *([reconciler] if reconciler is not None else [])]
         watch = processing.ResourceWatch(context=handling_context, resource=stream.resource, selector=stream.selector,
-                                         registry=registry, config=config, memo=memo, indexes=indexes,
-                                         stages=cycle.STAGES if keeper is None else (*cycle.STAGES, keeper))
+                                         registry=registry, config=config, memo=memo, indexes=indexes, stages=stages)
         task = asyncio.create_task(_watch_one(watch, namespace=stream.namespace, stop=until, gate=gate,
-                                              insights=insights, indexes=indexes, listed=listed),
+                                              insights=insights, indexes=indexes, reconciliation=reconciliation,
+                                              listed=on_listed),
                                    name=f"kopf watch of {stream}")
         return task, keeper
 
     streams = orchestration.Streams(spawn=spawn, exit_timeout=GRACEFUL_EXIT_TIMEOUT,
-                                    daemons_timeout=config.background.exit_timeout, indexes=indexes)
+                                    daemons_timeout=config.background.exit_timeout, indexes=indexes,
+                                    reconciliation=reconciliation)
     initial = orchestration.desired_streams(insights.resources, insights.namespaces)
     for stream in initial:
         if registry.get_indexing_handlers(stream.resource):
             indexes.expect(stream.listing)  # before any stream starts: handlers wait for all of the start
+        if reconciliation.relates(stream.resource):
+            reconciliation.expect(stream.listing)  # the first reconciliations see the children of the start
     if readiness is not None:
         readiness.expect({stream.listing: str(stream) for stream in initial})
     insights.revised.clear()
@@ -474,8 +491,9 @@ async def _watch_all(
     try:
         failure = await _follow(streams, insights, stop)
         closing = asyncio.create_task(streams.close_daemons(), name='kopf stopping daemons')
+        reconciled = asyncio.create_task(reconciliation.close(), name='kopf stopping the reconciliations')
         if peers is not None:
-            await asyncio.wait([closing])  # the next owner must not start them while ours still run
+            await asyncio.wait([closing, reconciled])  # the next owner must not start them while ours still run
             await peers.step_down(timeout=config.batching.exit_timeout)
         stop.set()
         streams.stop()
@@ -487,6 +505,7 @@ async def _watch_all(
     finally:
         await streams.cancel()
         await (closing or streams.close_daemons())
+        await reconciliation.close()
         logging.getLogger('kopf.objects').removeHandler(handler)
         await _drain(queue, timeout=1.0)
         poster.cancel()
@@ -562,6 +581,7 @@ async def _watch_one(
         insights: observation.Insights | None = None,
         indexes: indexing.OperatorIndexes | None = None,
         listed: Callable[[Hashable], None] | None = None,
+        reconciliation: reconciling.OperatorReconciliation | None = None,
 ) -> None:
     """
     Watch one resource in one namespace (or cluster-wide) and handle its objects, until stopped.
@@ -578,7 +598,8 @@ async def _watch_one(
     delay = settings.reconnect_backoff
     while not stop.is_set():
         try:
-            await _handle_stream(watch, namespace=namespace, stop=stop, gate=gate, indexes=indexes, listed=listed)
+            await _handle_stream(watch, namespace=namespace, stop=stop, gate=gate, indexes=indexes,
+                                 reconciliation=reconciliation, listed=listed)
             return
         except APINotFoundError as e:
             if insights is None or not insights.scanning:
@@ -604,17 +625,24 @@ async def _handle_stream(
         gate: fencing.Gate | None,
         indexes: indexing.OperatorIndexes | None,
         listed: Callable[[Hashable], None] | None = None,
+        reconciliation: reconciling.OperatorReconciliation | None = None,
 ) -> None:
     listing = (watch.selector, namespace)
-    callbacks = [callback for callback in (indexes.listed if indexes is not None else None, listed) if callback]
+    related = reconciliation is not None and reconciliation.relates(watch.resource)
+    callbacks = [functools.partial(indexes.listed, listing)] if indexes is not None else []
+    if listed is not None:
+        callbacks.append(functools.partial(listed, listing))
+    if reconciliation is not None and related:
+        callbacks.append(functools.partial(reconciliation.listed, listing, watch.resource))
 
     def on_listed() -> None:
         for callback in callbacks:
-            callback(listing)
+            callback()
 
     def open_stream(until: asyncio.Event) -> AsyncIterator[RawEvent]:
         return watching.infinite_watch(context=watch.context, resource=watch.resource, namespace=namespace,
-                                       settings=watch.config.watching, stop=until, on_listed=on_listed)
+                                       settings=watch.config.watching, stop=until,
+                                       on_listed=on_listed if callbacks else None)
 
     stream: AsyncIterator[RawEvent]
     stream = open_stream(stop) if gate is None else fencing.gated_stream(gate, open_stream, stop=stop)
@@ -622,6 +650,13 @@ async def _handle_stream(
         # Every replica indexes every event, before the gate decides which objects it handles.
         stream = indexes.indexed(stream, listing=listing, registry=watch.registry, selector=watch.resource,
                                  resource=watch.resource, config=watch.config, memo=watch.memo, memos=watch.memos)
+    if reconciliation is not None and related:
+        # Every replica sees every child: a child belongs to its owner's replica, not to its own uid's.
+        stream = reconciliation.watched(stream, resource=watch.resource, listing=listing)
+    if watch.registry.is_related_only(watch.resource):
+        async for _ in stream:  # watched for the reconcile handlers of other resources only: nothing to handle
+            pass
+        return
     await queueing.watch_objects(stream=stream, processor=functools.partial(processing.process_event, watch),
                                  settings=watch.config.batching, gate=gate,
                                  probe=recording.current().queue(watch.resource, gate))

@@ -15,13 +15,19 @@ while, those objects are freed and the arenas with them. The first use
 afterwards unpacks them (milliseconds for 10,000 objects) and they are packed
 again after the next quiet while. Containers without a running event loop,
 small ones, and those with contents that cannot be packed stay as they are.
+
+The quiet while is measured by an injected clock (the system's by default),
+with a timer rather than a task: a timer is all the waiting costs.
 """
 from __future__ import annotations
 
 import asyncio
+import functools
 import marshal
 from collections.abc import Callable, Hashable, Iterable, Iterator, MutableSet, Sized
 from typing import Any, Generic, TypeVar
+
+from kopf._structs.clocks import SYSTEM_CLOCK, Clock
 
 QUIET = 10.0  # seconds without use before a container is packed
 MIN_PACKED = 256  # items: fewer are not worth the packing
@@ -40,16 +46,17 @@ class Dormant(Generic[T]):
     across an ``await``: packing replaces it.
     """
 
-    __slots__ = ('_live', '_pack', '_packed', '_timer_loop', '_unpack', '_used', 'quiet')
+    __slots__ = ('_clock', '_live', '_pack', '_packed', '_timer_loop', '_unpack', '_used', 'quiet')
 
     def __init__(self, value: T, *, pack: Callable[[T], Any], unpack: Callable[[Any], T],
-                 quiet: float | None = None) -> None:
+                 quiet: float | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         self._live: T | None = value
         self._packed: bytes | None = None
         self._pack = pack
         self._unpack = unpack
         self._used = 0.0
         self._timer_loop: asyncio.AbstractEventLoop | None = None  # where the packing is scheduled, if it is
+        self._clock = clock
         self.quiet = QUIET if quiet is None else quiet
 
     @property
@@ -76,12 +83,12 @@ class Dormant(Generic[T]):
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return  # nothing to pack it later: it stays as it is
-        self._used = loop.time()
+        self._used = self._clock.monotonic()
         if self._timer_loop is not loop:  # not scheduled yet, or in a loop that has ended
-            self._schedule(loop, self._used + self.quiet)
+            self._schedule(loop, self.quiet)
 
-    def _schedule(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
-        loop.call_at(when, self._pack_if_quiet, loop)
+    def _schedule(self, loop: asyncio.AbstractEventLoop, delay: float) -> None:
+        self._clock.call_later(delay, functools.partial(self._pack_if_quiet, loop))
         self._timer_loop = loop
 
     def _pack_if_quiet(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -90,9 +97,9 @@ class Dormant(Generic[T]):
         self._timer_loop = None
         if self._live is None:
             return
-        due = self._used + self.quiet
-        if loop.time() < due:
-            self._schedule(loop, due)
+        remaining = self._used + self.quiet - self._clock.monotonic()
+        if remaining > 0:  # used meanwhile: quiet only from the last use on
+            self._schedule(loop, remaining)
         elif len(self._live) >= MIN_PACKED:  # a small container keeps too little memory to be worth it
             try:
                 packed = marshal.dumps(self._pack(self._live))
@@ -106,8 +113,8 @@ class DormantSet(MutableSet[H]):
 
     __slots__ = ('_box',)
 
-    def __init__(self, items: Iterable[H] = (), *, quiet: float | None = None) -> None:
-        self._box: Dormant[set[H]] = Dormant(set(items), pack=_same, unpack=_same, quiet=quiet)
+    def __init__(self, items: Iterable[H] = (), *, quiet: float | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._box: Dormant[set[H]] = Dormant(set(items), pack=_same, unpack=_same, quiet=quiet, clock=clock)
 
     @property
     def packed(self) -> bool:

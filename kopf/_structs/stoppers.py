@@ -12,14 +12,18 @@ wakes up as soon as it must stop.
 
 The stopper may be set from any thread, and async waiters may live in any
 event loop: a daemon must never miss its stop because it waits elsewhere.
+When it was stopped and how long an async waiter waits are measured by an
+injected clock (the system's by default); a thread's wait is real time.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import enum
+import functools
 import threading
-import time
+
+from kopf._structs.clocks import SYSTEM_CLOCK, Clock
 
 
 class DaemonStoppingReason(enum.Flag):
@@ -38,7 +42,8 @@ class DaemonStoppingReason(enum.Flag):
 class DaemonStopper:
     """The framework's side of a stop flag: set it with a reason; daemons get a checker."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock
         self._lock = threading.Lock()
         self._reason: DaemonStoppingReason | None = None
         self._when: float | None = None
@@ -58,7 +63,7 @@ class DaemonStopper:
 
     @property
     def when(self) -> float | None:
-        """When it was first stopped (``time.monotonic()``), or ``None`` while it is not."""
+        """When it was first stopped (by the clock's ``monotonic()``), or ``None`` while it is not."""
         return self._when
 
     def is_set(self, reason: DaemonStoppingReason | None = None) -> bool:
@@ -73,7 +78,7 @@ class DaemonStopper:
         with self._lock:
             self._reason = reason if self._reason is None else self._reason | reason
             if self._when is None:
-                self._when = time.monotonic()
+                self._when = self._clock.monotonic()
             waiters, self._waiters = self._waiters, set()
         self._event.set()
         for loop, future in waiters:
@@ -95,9 +100,12 @@ class DaemonStopper:
             if self._reason is not None:
                 return True
             self._waiters.add((loop, future))
+        timer = self._clock.call_later(timeout, functools.partial(_resolve, future)) if timeout is not None else None
         try:
-            await asyncio.wait([future], timeout=timeout)
+            await asyncio.wait([future])
         finally:
+            if timer is not None:
+                timer.cancel()
             with self._lock:
                 self._waiters.discard((loop, future))
             if not future.done():

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.controlplane import ControlPlane, ControlPlaneError
+from kopf.testing import ControlPlane, ControlPlaneError, KubeAPI
 from tests.e2e.harness import OPERATORS, OperatorProcess, kopf_run
-from tests.e2e.kubeapi import KubeAPI
 
 
 @pytest.fixture(scope="session")

@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from tests.e2e.controlplane import ControlPlane
+from kopf.testing import ControlPlane
 
 # Headers that belong to one hop and must not be forwarded as they are.
 HOP_HEADERS = {'connection', 'keep-alive', 'transfer-encoding', 'content-length', 'content-encoding',

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tests.e2e.kubeapi import wait_for
+from kopf.testing import wait_for
 
 T = TypeVar('T')
 

@@ -28,9 +28,8 @@ from typing import Any
 
 import yaml
 
-from tests.e2e.controlplane import ControlPlane
+from kopf.testing import ControlPlane, KubeAPI, KubeAPIError
 from tests.e2e.harness import OPERATORS, REPO, OperatorProcess, read_calls
-from tests.e2e.kubeapi import KubeAPI, KubeAPIError
 
 OPERATOR = OPERATORS / 'rbac.py'
 PLACEHOLDER = 'e2e-rbac-placeholder'

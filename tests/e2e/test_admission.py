@@ -17,8 +17,8 @@ import pytest
 
 from kopf._admission import serving
 from kopf._replicas import ownership
+from kopf.testing import KubeAPI, KubeAPIError, wait_for
 from tests.e2e.harness import OPERATORS, OperatorProcess, kopf_run, read_calls
-from tests.e2e.kubeapi import KubeAPI, KubeAPIError, wait_for
 
 CONFIGS = '/apis/admissionregistration.k8s.io/v1'
 

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
+from kopf.testing import KubeAPI, KubeAPIError
 from tests.e2e.harness import REPO, handlers_called
-from tests.e2e.kubeapi import KubeAPI, KubeAPIError
 
 PREFIX = 'kopf.zalando.org'
 LAST_HANDLED = f'{PREFIX}/last-handled-configuration'

@@ -20,6 +20,7 @@ handlers.
 from __future__ import annotations
 
 import collections
+import datetime
 import json
 import os
 import socket
@@ -35,9 +36,10 @@ from typing import Any
 
 import pytest
 
+from benchmarks import apimetrics
+from kopf.testing import KubeAPI, wait_for
 from tests.e2e import peers
 from tests.e2e.harness import OPERATORS, REPO, TIMEOUT, OperatorProcess, kopf_run, read_calls
-from tests.e2e.kubeapi import KubeAPI, wait_for
 
 KOPF = '1.45.2'
 COMPAT = OPERATORS / 'compat'
@@ -228,7 +230,16 @@ def test_peering_one_replica_handles_freeze_pauses_it_resume_and_a_higher_priori
         first.wait_for_output("Paused: the lease is frozen by tester (maintenance)")
         paused = time.time()
         kube.create(collection(namespace), body('o2'))
-        time.sleep(4)  # longer than the lease duration (3 s)
+        # Until the leader's lease would have expired (3 s after the freeze at the latest), and then until
+        # the replicas have looked at the lease a few times more: any of them would have taken it by then.
+        frozen_at = datetime.datetime.fromisoformat(record['spec']['renewTime']).timestamp()
+        previous = json.loads(record['metadata']['annotations']['kopf.dev/freeze'])['previousDuration']
+        assert previous == 3
+        wait_for(lambda: time.time() > frozen_at + previous, what="the leader's lease to be past its duration")
+        looked = lease_reads(kube)
+        first.wait(lambda: lease_reads(kube) >= looked + 6, what="the replicas to look at the lease again")
+        lease_now = kube.get(f'/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{lease}')
+        assert lease_now['spec']['holderIdentity'] == 'frozen:tester'  # nobody has taken it
         assert handled_by('o2') is None
         assert not ticks(first.process.pid, since=paused + 1.5)  # timers stop too (within a second)
         assert not [c for c in read_calls(calls) if c['pid'] == second.process.pid]
@@ -261,6 +272,12 @@ def test_peering_one_replica_handles_freeze_pauses_it_resume_and_a_higher_priori
             kube.patch(f"{collection(namespace)}/{item['metadata']['name']}", {'metadata': {'finalizers': None}})
 
 
+
+
+def lease_reads(kube: KubeAPI) -> int:
+    """How many times the API server has served a Lease so far (to anyone: the replicas, mostly)."""
+    counts = apimetrics.parse(kube.text('/metrics'))
+    return sum(count for kind, count in counts.items() if kind.resource == 'leases' and kind.verb == 'GET')
 
 
 # Helpers of the side-by-side runs.
@@ -346,7 +363,9 @@ def test_errors_and_retries_as_in_kopf(kube: KubeAPI, sides: Callable[..., list[
     for side in both:
         kube.create(collection(side.namespace), body('o1'))
     for side in both:
-        obj = side.wait(settled(kube, side, 'o1', 'last'), what="every handler finished or given up")
+        # The results of the last cycle go to /status after the progress is purged: wait for them all.
+        obj = side.wait(settled(kube, side, 'o1', 'temporary', 'arbitrary', 'last'),
+                        what="every handler finished or given up")
         assert results(obj) == {'temporary': {'attempts': 3}, 'arbitrary': 'recovered', 'last': 'done'}
 
     ours, theirs = both
@@ -496,18 +515,30 @@ def test_daemons_and_timers_tick_and_stop_on_deletion_as_in_kopf(
         kube.delete(side.path('o1'))
     for side in both:
         side.wait(lambda s=side: kube.find(s.path('o1')) is None, what="the deletion done after the daemons stop")
-    time.sleep(1.0)  # nothing ticks any more
-    counts = [side.counts() for side in both]
-    time.sleep(1.0)
-    assert [side.counts() for side in both] == counts
+
+    # Nothing of o1 ticks any more: not while another object's timer and daemons tick on (at the same
+    # intervals) in the same operator, first once, then for another second.
+    def of_o1(side: Side) -> collections.Counter[tuple[str, str]]:
+        return collections.Counter({key: count for key, count in side.counts().items() if key[1] == 'o1'})
+
+    def ticking(side: Side, times: int) -> bool:
+        return all(len(side.records(handler, 'o2')) >= times for handler in ['timer', 'async_daemon'])
+    for side in both:
+        kube.create(collection(side.namespace), body('o2'))
+    for side in both:
+        side.wait(lambda s=side: ticking(s, 1), what="the timer and the daemon of o2 ticking")
+    counts = [of_o1(side) for side in both]
+    for side in both:
+        side.wait(lambda s=side: ticking(s, 3), what="the timer and the daemon of o2 ticking on")
+    assert [of_o1(side) for side in both] == counts
 
     for side in both:
         assert side.records('sync_daemon_stopped') == [
             {'handler': 'sync_daemon_stopped', 'name': 'o1', 'reason': 'RESOURCE_DELETED'}]
         assert side.records('async_daemon_cancelled') == [
             {'handler': 'async_daemon_cancelled', 'name': 'o1', 'reason': 'RESOURCE_DELETED|DAEMON_CANCELLED'}]
-        assert not side.records('delayed')  # its initial delay is longer than the object's life
-        ticks = [call['ticks'] for call in side.records('timer')]
+        assert not side.records('delayed', 'o1')  # its initial delay is longer than the object's life
+        ticks = [call['ticks'] for call in side.records('timer', 'o1')]
         assert ticks == list(range(1, len(ticks) + 1))  # every tick saw the previous tick's patch
 
 

@@ -14,8 +14,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from kopf.testing import KubeAPI
 from tests.e2e import test_compat
-from tests.e2e.kubeapi import KubeAPI
 from tests.e2e.test_compat import FINALIZER, LAST_HANDLED, Side, body, collection, progress, settled
 
 crd = test_compat.crd  # the fixtures of the side-by-side runs

@@ -29,9 +29,9 @@ from typing import Any
 import pytest
 
 from benchmarks import apimetrics
+from kopf.testing import KubeAPI
 from tests.e2e import peers
 from tests.e2e.harness import OPERATORS, REPO, TIMEOUT, OperatorProcess, kopf_run, read_calls
-from tests.e2e.kubeapi import KubeAPI
 
 KOPF = '1.45.2'
 REAL = OPERATORS / 'real'

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.controlplane import ControlPlane
+from kopf.testing import ControlPlane
 
 GROUP = "kopf.dev"
 VERSION = "v1"

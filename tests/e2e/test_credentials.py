@@ -9,18 +9,19 @@ every change of credentials without a restart. Startup failures end with one
 """
 from __future__ import annotations
 
+import datetime
 import json
 import socket
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from benchmarks import apimetrics
+from kopf.testing import KubeAPI, wait_for
 from tests.e2e.harness import OPERATORS, OperatorProcess, read_calls
-from tests.e2e.kubeapi import KubeAPI, wait_for
 
 PREFIX = 'kopf.zalando.org'
 HANDLERS = ['alpha', 'beta', 'gamma']
@@ -35,10 +36,7 @@ def service_account_token(kube: KubeAPI, namespace: str, name: str, *, recreate:
     path = f"/api/v1/namespaces/{namespace}/serviceaccounts"
     if recreate:
         kube.delete(f"{path}/{name}")
-        for _ in range(50):
-            if kube.find(f"{path}/{name}") is None:
-                break
-            time.sleep(0.1)
+        wait_for(lambda: kube.find(f"{path}/{name}") is None, timeout=5, what=f"the service account {name} deleted")
     if kube.find(f"{path}/{name}") is None:
         kube.create(path, {'apiVersion': 'v1', 'kind': 'ServiceAccount', 'metadata': {'name': name}})
     binding = f"e2e-{namespace}-{name}"
@@ -51,6 +49,12 @@ def service_account_token(kube: KubeAPI, namespace: str, name: str, *, recreate:
     request = {'apiVersion': 'authentication.k8s.io/v1', 'kind': 'TokenRequest',
                'spec': {'expirationSeconds': 3600}}
     return str(kube.create(f"{path}/{name}/token", request)['status']['token'])
+
+
+def configmap_watches(kube: KubeAPI) -> int:
+    """How many watches of ConfigMaps the API server has served (and ended) so far: only the operator's."""
+    counts = apimetrics.parse(kube.text('/metrics'))
+    return sum(count for kind, count in counts.items() if kind.resource == 'configmaps' and kind.verb == 'WATCH')
 
 
 def is_valid(kube: KubeAPI, token: str) -> bool:
@@ -121,6 +125,8 @@ def test_exec_plugin_credentials_are_renewed_before_they_expire(kube, control_pl
         with open({str(tmp_path / 'plugin-calls.log')!r}, 'a') as log:
             log.write(json.dumps(info) + '\\n')
         expires = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=4)
+        with open({str(tmp_path / 'plugin-expiries.log')!r}, 'a') as log:
+            log.write(expires.strftime('%Y-%m-%dT%H:%M:%SZ') + '\\n')
         print(json.dumps({{
             'apiVersion': info['apiVersion'], 'kind': 'ExecCredential',
             'status': {{'token': pathlib.Path({str(token_file)!r}).read_text().strip(),
@@ -136,7 +142,10 @@ def test_exec_plugin_credentials_are_renewed_before_they_expire(kube, control_pl
     collection = f"/api/v1/namespaces/{namespace}/configmaps"
     kube.create(collection, configmap('first'))
     operator.wait(lambda: handled(kube, namespace, 'first'), what="the first object handled")
-    time.sleep(4)  # the first credentials have expired now
+    first_expiry = (tmp_path / 'plugin-expiries.log').read_text().splitlines()[0]
+    expired = datetime.datetime.strptime(first_expiry, '%Y-%m-%dT%H:%M:%SZ').replace(tzinfo=datetime.timezone.utc)
+    wait_for(lambda: datetime.datetime.now(datetime.timezone.utc) >= expired, timeout=10,
+             what="the first credentials to expire")
     kube.create(collection, configmap('second'))
     operator.wait(lambda: handled(kube, namespace, 'second'), what="the second object handled")
     operator.wait_for_output("Re-authenticating to the Kubernetes API: the credentials expire at")
@@ -164,7 +173,8 @@ def test_a_rotated_token_file_is_followed_without_a_restart(kube, control_plane,
     wait_until_revoked(kube, old_token)
     kube.create(collection, configmap('after'))
     operator.wait(lambda: handled(kube, namespace, 'after'), what="the object after the rotation handled")
-    time.sleep(3.5)  # and its watch has been re-opened with the new token (the server ends it after 3s)
+    watches = configmap_watches(kube)  # the server ends a watch after 3 s; it is opened again with the new token
+    operator.wait(lambda: configmap_watches(kube) > watches, what="the watch of the old token to end")
     kube.create(collection, configmap('later'))
     operator.wait(lambda: handled(kube, namespace, 'later'), what="an object after the re-watch handled")
     assert operator.process.poll() is None

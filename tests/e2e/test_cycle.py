@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from kopf.testing import KubeAPI
 from tests.e2e.harness import read_calls
-from tests.e2e.kubeapi import KubeAPI
 
 GROUP, VERSION = 'e2e.kopf.dev', 'v1'
 LAST_HANDLED = 'kopf.zalando.org/last-handled-configuration'

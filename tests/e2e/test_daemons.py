@@ -1,14 +1,17 @@
 """
 Daemons and timers on the real control plane: they tick on real objects, and stop when the object is
 deleted (the deletion waits for them), when it stops matching the filters, and when the operator exits.
+
+That a timer does not tick any more is seen against the operator's own clock: the timer of another
+object (``clock``), at the same interval, ticks on meanwhile.
 """
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-from tests.e2e.harness import read_calls
-from tests.e2e.kubeapi import KubeAPI
+from kopf.testing import KubeAPI
+from tests.e2e.harness import OperatorProcess, read_calls
 
 
 def configmap(name: str, **labels: str) -> dict[str, object]:
@@ -17,6 +20,13 @@ def configmap(name: str, **labels: str) -> dict[str, object]:
 
 def events(calls: Path, handler: str, event: str, name: str) -> list[dict[str, object]]:
     return [c for c in read_calls(calls) if (c['handler'], c['event'], c['name']) == (handler, event, name)]
+
+
+def ticks_of_another_timer(operator: OperatorProcess, calls: Path, count: int) -> None:
+    """Wait until the timer of the object ``clock`` has ticked so often more: a second or more at 0.5 s."""
+    already = len(events(calls, 'pinger', 'tick', 'clock'))
+    operator.wait(lambda: len(events(calls, 'pinger', 'tick', 'clock')) >= already + count,
+                  what=f"{count} more ticks of the other object's timer")
 
 
 def test_daemons_and_timers_tick_and_stop_on_deletion_mismatch_and_exit(
@@ -29,6 +39,7 @@ def test_daemons_and_timers_tick_and_stop_on_deletion_mismatch_and_exit(
     kube.create(path, configmap('b', **{'e2e-daemons': 'on', 'stubborn': 'yes'}))
     kube.create(path, configmap('c', **{'e2e-daemons': 'on'}))
     kube.create(path, configmap('quiet', **{'e2e-daemons': 'off'}))
+    kube.create(path, configmap('clock', **{'e2e-daemons': 'on'}))
 
     # Ticks on real objects; the timer's patches land on them.
     for name in ['a', 'b', 'c']:
@@ -50,7 +61,7 @@ def test_daemons_and_timers_tick_and_stop_on_deletion_mismatch_and_exit(
     exited = events(calls, 'worker', 'stop', 'a')
     assert exited and exited[0]['reason'] == 'RESOURCE_DELETED'  # recorded before the object was gone
     ticks = len(events(calls, 'pinger', 'tick', 'a'))
-    time.sleep(1.0)
+    ticks_of_another_timer(operator, calls, 3)
     assert len(events(calls, 'pinger', 'tick', 'a')) == ticks
 
     # A daemon that ignores its stop flag is abandoned after its cancellation_timeout; the deletion proceeds.
@@ -68,7 +79,7 @@ def test_daemons_and_timers_tick_and_stop_on_deletion_mismatch_and_exit(
         {'FILTERS_MISMATCH'}
     assert stops
     ticks = len(events(calls, 'pinger', 'tick', 'c'))
-    time.sleep(1.0)
+    ticks_of_another_timer(operator, calls, 3)
     assert len(events(calls, 'pinger', 'tick', 'c')) == ticks
     assert kube.find(f'{path}/c') is not None
 

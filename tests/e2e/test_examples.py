@@ -22,10 +22,9 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from tests.e2e.controlplane import ControlPlane
+from kopf.testing import ControlPlane, KubeAPI, KubeAPIError, wait_for
 from tests.e2e.harness import REPO, TIMEOUT, kopf_run
 from tests.e2e.harness import OperatorProcess as Operator
-from tests.e2e.kubeapi import KubeAPI, KubeAPIError, wait_for
 
 T = TypeVar('T')
 
@@ -454,4 +453,34 @@ def test_09_daemons(api: KubeAPI, namespace: str, run_example: Callable[..., Ope
     assert api.find(path) is not None  # the threaded daemon still tidies up
     operator.wait(lambda: api.find(path) is None, what="the object to be gone")
     assert f"{NAME}: tidied up after RESOURCE_DELETED." in operator.output
+    assert operator.stop() == 0
+
+
+def test_10_reconciliation(api: KubeAPI, namespace: str, run_example: Callable[..., Operator]) -> None:
+    operator = run_example('10-reconciliation')
+    owner = create_obj(api, namespace)
+    path = f"/api/v1/namespaces/{namespace}/configmaps/{NAME}-data"
+    desired = {'field': 'value', 'items': 'item1,item2'}
+
+    def child() -> dict[str, Any] | None:
+        found = api.find(path)
+        return found if found is not None and found.get('data') == desired else None
+
+    created = operator.wait(child, what="the child ConfigMap")
+    assert created['metadata']['ownerReferences'] == [{
+        'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample', 'name': NAME, 'uid': owner['metadata']['uid'],
+        'controller': True, 'blockOwnerDeletion': True,
+    }]
+    ready = operator.wait(lambda: (api.get(f"{collection(namespace)}/{NAME}").get('status') or {}).get('conditions'),
+                          what="the Ready condition")
+    assert [(c['type'], c['status'], c['reason']) for c in ready] == [('Ready', 'True', 'ChildApplied')]
+
+    api.delete(path)  # by hand
+    operator.wait(child, what="the deleted child to be re-created")
+    api.patch(path, {'data': {'items': 'edited-by-hand'}})
+    operator.wait(child, what="the edited child to be repaired")
+    api.patch(f"{collection(namespace)}/{NAME}", {'spec': {'field': 'changed'}})
+    desired['field'] = 'changed'
+    operator.wait(child, what="the child to follow the spec")
+    assert 'Traceback' not in operator.output
     assert operator.stop() == 0

@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
+from kopf.testing import KubeAPI, wait_for
 from tests.e2e.faultproxy import Fault, FaultProxy, RandomFaults
 from tests.e2e.harness import OPERATORS, OperatorProcess, read_calls
-from tests.e2e.kubeapi import KubeAPI, wait_for
 
 PREFIX = 'kopf.zalando.org'
 HANDLERS = ['alpha', 'beta', 'gamma']
@@ -97,7 +97,7 @@ class Observer(threading.Thread):
                         if event['type'] in ('ADDED', 'MODIFIED'):
                             self.note(event['object'])
             except (urllib.error.URLError, OSError, ValueError):
-                time.sleep(0.1)
+                self.stopped.wait(0.1)  # a pause before watching again, not a wait for anything
 
 
 def configmap(name: str) -> dict[str, Any]:
@@ -138,20 +138,34 @@ def test_nothing_is_lost_and_nothing_rerun_under_faults_and_kills(kube, control_
         return process
 
     collection = f"/api/v1/namespaces/{namespace}/configmaps"
+
+    def worked(process: OperatorProcess, calls_made: int) -> bool:
+        """Whether the process has called so many handlers (or there is nothing left to do)."""
+        mine = [call for call in read_calls(calls) if call['pid'] == process.process.pid]
+        with observer.lock:
+            everything_done = len(observer.finished) >= OBJECTS_BEFORE + OBJECTS_DURING
+        return len(mine) >= calls_made or everything_done
+
     began = time.monotonic()
     try:
         for index in range(OBJECTS_BEFORE):
             kube.create(collection, configmap(f'before-{index:03d}'))
         operator = start()
         for kill in range(1, KILLS + 1):
-            time.sleep(rng.uniform(2.0, 4.0))
+            # Killed at a random point of its work: in the middle of a handler (each works for 0.05 s), or of
+            # whatever follows the handler's call -- never before it has started to work at all.
+            calls_made = rng.randint(5, 40)
+            operator.wait(lambda o=operator, n=calls_made: worked(o, n), what=f"{calls_made} handler calls",
+                          timeout=60)
             if kill == 1:
                 for index in range(OBJECTS_DURING):
                     kube.create(collection, configmap(f'during-{index:03d}'))
             if kill == 3:
                 wait_for(lambda: proxy.open_streams > 0, timeout=15, what="an open watch stream to black-hole")
+                holes = proxy.figures().get('blackhole', 0)
                 proxy.blackhole(1.0)
-                time.sleep(0.5)
+                wait_for(lambda h=holes: proxy.figures().get('blackhole', 0) > h, timeout=15,
+                         what="the open streams black-holed")
             operator.kill()
             operator = start()
 
@@ -215,7 +229,7 @@ def test_a_black_holed_connection_is_noticed_and_reopened(kube, control_plane, n
         first = kube.create(collection, configmap('first'))
         operator.wait(lambda: first['metadata']['uid'] in observer.finished, what="the first object handled")
         proxy.blackhole(0.3)  # the open watch stream (and anything started meanwhile) goes silent for good
-        time.sleep(0.5)
+        wait_for(lambda: proxy.figures().get('blackhole', 0) >= 1, timeout=15, what="the open stream black-holed")
         created = time.monotonic()
         second = kube.create(collection, configmap('second'))
         operator.wait(lambda: second['metadata']['uid'] in observer.finished, what="the second object handled",

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from kopf.testing import KubeAPI
 from tests.e2e import peers
 from tests.e2e.harness import OPERATORS, OperatorProcess, kopf_run, read_calls
-from tests.e2e.kubeapi import KubeAPI
 
 FILTERED = {'created_with_a', 'created_without_mode', 'a_to_b', 'mode_removed', 'into_or_out_of_b',
             'other_changed', 'labelled_and_sized'}

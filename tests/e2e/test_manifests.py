@@ -22,10 +22,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kopf.testing import ControlPlane, KubeAPI, KubeAPIError
 from tests.e2e import rbac
-from tests.e2e.controlplane import ControlPlane
 from tests.e2e.harness import read_calls
-from tests.e2e.kubeapi import KubeAPI, KubeAPIError
 from tests.e2e.rbac import Context, Removal
 
 CONFIGS = '/apis/admissionregistration.k8s.io/v1'

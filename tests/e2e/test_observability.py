@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from kopf.testing import KubeAPI
 from tests.e2e.faultproxy import Fault, FaultProxy, Request
 from tests.e2e.harness import OPERATORS, OperatorProcess, read_calls
-from tests.e2e.kubeapi import KubeAPI
 
 DIFFBASE = 'kopf.zalando.org/last-handled-configuration'
 

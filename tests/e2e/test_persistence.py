@@ -9,13 +9,14 @@ on the server with an independent client.
 from __future__ import annotations
 
 import json
-import time
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kopf.testing import KubeAPI, wait_for
 from tests.e2e.harness import handlers_called, read_calls
-from tests.e2e.kubeapi import KubeAPI, wait_for
 
 GROUP, VERSION = 'e2e.kopf.dev', 'v1'
 
@@ -83,23 +84,35 @@ def done(calls_path, *handlers: str):
     return lambda: set(handlers) <= set(handlers_called(calls_path))
 
 
-def settled(kube: KubeAPI, path: str, *, quiet: float = 3.0, timeout: float = 30) -> dict[str, Any]:
-    """Wait until the object stops changing for a while; return it."""
-    deadline = time.monotonic() + timeout
-    last = kube.get(path)
-    since = time.monotonic()
-    while time.monotonic() - since < quiet:
-        assert time.monotonic() < deadline, f"The object keeps changing: {json.dumps(last)[:2000]}"
-        time.sleep(0.2)
-        current = kube.get(path)
-        if current['metadata']['resourceVersion'] != last['metadata']['resourceVersion']:
-            last, since = current, time.monotonic()
-    return last
+MARKER = 'kubectl.kubernetes.io/last-applied-configuration'  # in no essence: changing it runs no handler
+
+
+def settled(kube: KubeAPI, path: str, *events: Path, prefixes: tuple[str, ...] = ('kopf.zalando.org',),
+            timeout: float = 30) -> dict[str, Any]:
+    """
+    The object once its cause is fully handled and the operators have handled all that came after.
+
+    Fully handled: the diff-base is stored (by each operator, under its prefix), which happens when all
+    the handlers have finished, retries included. Then a marker that the operators' event handlers record
+    (see ``E2E_EVENTS``) is changed twice: an operator handles an object's events one after another, so
+    once it has seen the second marker, the cycle that saw the first one is over -- and with it all that
+    came before, including whatever the operator's own last patch might have made it do.
+    """
+    wait_for(lambda: all(f'{prefix}/last-handled-configuration' in annotations(kube, path) for prefix in prefixes),
+             timeout=timeout, what="the diff-base to be stored: all handlers finished")
+    for _ in range(2):
+        marker = uuid.uuid4().hex
+        kube.patch(path, {'metadata': {'annotations': {MARKER: marker}}})
+        for file in events:
+            wait_for(lambda f=file, m=marker: m in [call['marker'] for call in read_calls(f)], timeout=timeout,
+                     what=f"the marker {marker} handled (in {file.name})")
+    return kube.get(path)
 
 
 def test_strict_schema_with_status_subresource(kube, namespace, operators, tmp_path):
-    calls = tmp_path / 'calls.jsonl'
-    operator = operators(E2E_RESOURCE=f'stricts.{GROUP}', E2E_CALLS=str(calls), E2E_POST_LOGGERS='1')
+    calls, events = tmp_path / 'calls.jsonl', tmp_path / 'events.jsonl'
+    operator = operators(E2E_RESOURCE=f'stricts.{GROUP}', E2E_CALLS=str(calls), E2E_POST_LOGGERS='1',
+                         E2E_EVENTS=str(events))
     operator.wait_for_output('Serving')
     path = make(kube, 'stricts', 'Strict', namespace)
 
@@ -108,7 +121,7 @@ def test_strict_schema_with_status_subresource(kube, namespace, operators, tmp_p
     assert record['message'] == 'not yet' and 'delayed' in record
 
     wait_for(done(calls, 'first', 'second', 'third'), timeout=30, what="all handlers")
-    obj = settled(kube, path)
+    obj = settled(kube, path, events)
     assert sorted(handlers_called(calls)) == ['first', 'second', 'second', 'third']
     assert [c['retry'] for c in read_calls(calls) if c['handler'] == 'second'] == [0, 1]
 
@@ -143,8 +156,8 @@ def test_status_storage_on_a_strict_schema_is_loud(kube, namespace, operators, t
 
 
 def test_builtin_configmaps_keep_progress_in_annotations(kube, namespace, operators, tmp_path):
-    calls = tmp_path / 'calls.jsonl'
-    operator = operators(E2E_RESOURCE='configmaps', E2E_CALLS=str(calls))
+    calls, events = tmp_path / 'calls.jsonl', tmp_path / 'events.jsonl'
+    operator = operators(E2E_RESOURCE='configmaps', E2E_CALLS=str(calls), E2E_EVENTS=str(events))
     operator.wait_for_output('Serving')
     path = f'/api/v1/namespaces/{namespace}/configmaps/cm'
     kube.create(f'/api/v1/namespaces/{namespace}/configmaps',
@@ -152,7 +165,7 @@ def test_builtin_configmaps_keep_progress_in_annotations(kube, namespace, operat
 
     wait_for(lambda: second_retried(kube, path), timeout=20, what="the 2nd handler's record")
     wait_for(done(calls, 'first', 'second', 'third'), timeout=30, what="all handlers")
-    obj = settled(kube, path)
+    obj = settled(kube, path, events)
     assert sorted(handlers_called(calls)) == ['first', 'second', 'second', 'third']
     assert not progress_keys(obj['metadata'].get('annotations', {}))
     essence = json.loads(obj['metadata']['annotations']['kopf.zalando.org/last-handled-configuration'])
@@ -172,10 +185,11 @@ def test_upgrade_from_legacy_status_progress(kube, namespace, operators, tmp_pat
                  content_type='application/merge-patch+json')
     assert kube.get(path)['status']['kopf']['progress']['first']['success'] is True
 
-    operator = operators(E2E_RESOURCE=f'lenients.{GROUP}', E2E_CALLS=str(calls))
+    events = tmp_path / 'events.jsonl'
+    operator = operators(E2E_RESOURCE=f'lenients.{GROUP}', E2E_CALLS=str(calls), E2E_EVENTS=str(events))
     operator.wait_for_output('Serving')
     wait_for(done(calls, 'second', 'third'), timeout=30, what="the remaining handlers")
-    obj = settled(kube, path)
+    obj = settled(kube, path, events)
     assert 'first' not in handlers_called(calls)
     assert [c['retry'] for c in read_calls(calls) if c['handler'] == 'second'] == [1]
     assert obj['status'].get('kopf', {}).get('progress', {}) == {}
@@ -184,8 +198,8 @@ def test_upgrade_from_legacy_status_progress(kube, namespace, operators, tmp_pat
 
 
 def test_custom_async_storage_keeps_progress_outside_the_object(kube, namespace, operators, tmp_path):
-    calls, store = tmp_path / 'calls.jsonl', tmp_path / 'store.json'
-    operator = operators(E2E_RESOURCE=f'stricts.{GROUP}', E2E_CALLS=str(calls),
+    calls, store, events = tmp_path / 'calls.jsonl', tmp_path / 'store.json', tmp_path / 'events.jsonl'
+    operator = operators(E2E_RESOURCE=f'stricts.{GROUP}', E2E_CALLS=str(calls), E2E_EVENTS=str(events),
                          E2E_STORAGE='file', E2E_STORE=str(store), E2E_SECOND_FAILS='2')
     operator.wait_for_output('Serving')
     path = make(kube, 'stricts', 'Strict', namespace)
@@ -197,7 +211,7 @@ def test_custom_async_storage_keeps_progress_outside_the_object(kube, namespace,
         return {'first', 'second', 'third'} <= set(handlers_called(calls))
 
     wait_for(finished, timeout=30, what="all handlers")
-    settled(kube, path)
+    settled(kube, path, events)
     observed.update(annotations(kube, path))
     assert not progress_keys(observed), observed
     assert not any(key.endswith('/touch-dummy') for key in observed)
@@ -211,8 +225,8 @@ def test_custom_async_storage_keeps_progress_outside_the_object(kube, namespace,
 
 
 def test_restart_after_sigkill_continues_without_rerunning(kube, namespace, operators, tmp_path):
-    calls = tmp_path / 'calls.jsonl'
-    env = {'E2E_RESOURCE': f'stricts.{GROUP}', 'E2E_CALLS': str(calls),
+    calls, events = tmp_path / 'calls.jsonl', tmp_path / 'events.jsonl'
+    env = {'E2E_RESOURCE': f'stricts.{GROUP}', 'E2E_CALLS': str(calls), 'E2E_EVENTS': str(events),
            'E2E_SECOND_FAILS': '2', 'E2E_SECOND_DELAY': '3'}
     operator = operators(**env)
     operator.wait_for_output('Serving')
@@ -232,7 +246,7 @@ def test_restart_after_sigkill_continues_without_rerunning(kube, namespace, oper
     restarted = operators(**env)
     wait_for(lambda: len([c for c in read_calls(calls) if c['handler'] == 'second']) == 3,
              timeout=40, what="the 2nd handler's last retry")
-    settled(kube, path)
+    settled(kube, path, events)
     after = [c for c in read_calls(calls) if c['pid'] == restarted.process.pid]
     assert 'first' not in [c['handler'] for c in after]
     assert [c['retry'] for c in after if c['handler'] == 'second'] == [1, 2]
@@ -242,15 +256,18 @@ def test_restart_after_sigkill_continues_without_rerunning(kube, namespace, oper
 
 def test_two_operators_with_different_prefixes_do_not_retrigger_each_other(kube, namespace, operators, tmp_path):
     calls_a, calls_b = tmp_path / 'a.jsonl', tmp_path / 'b.jsonl'
-    op_a = operators(E2E_RESOURCE=f'stricts.{GROUP}', E2E_CALLS=str(calls_a), E2E_PREFIX='a.example.com')
-    op_b = operators(E2E_RESOURCE=f'stricts.{GROUP}', E2E_CALLS=str(calls_b), E2E_PREFIX='b.example.com')
+    events_a, events_b = tmp_path / 'a-events.jsonl', tmp_path / 'b-events.jsonl'
+    op_a = operators(E2E_RESOURCE=f'stricts.{GROUP}', E2E_CALLS=str(calls_a), E2E_PREFIX='a.example.com',
+                     E2E_EVENTS=str(events_a))
+    op_b = operators(E2E_RESOURCE=f'stricts.{GROUP}', E2E_CALLS=str(calls_b), E2E_PREFIX='b.example.com',
+                     E2E_EVENTS=str(events_b))
     op_a.wait_for_output('Serving')
     op_b.wait_for_output('Serving')
     path = make(kube, 'stricts', 'Strict', namespace)
 
     wait_for(lambda: done(calls_a, 'first', 'second', 'third')() and done(calls_b, 'first', 'second', 'third')(),
              timeout=40, what="both operators")
-    obj = settled(kube, path, quiet=4)
+    obj = settled(kube, path, events_a, events_b, prefixes=('a.example.com', 'b.example.com'))
     for calls in [calls_a, calls_b]:
         assert sorted(handlers_called(calls)) == ['first', 'second', 'second', 'third']
         assert 'update' not in handlers_called(calls)
@@ -261,12 +278,13 @@ def test_two_operators_with_different_prefixes_do_not_retrigger_each_other(kube,
 
 
 def test_update_diff_and_deletion_via_finalizer(kube, namespace, operators, tmp_path):
-    calls = tmp_path / 'calls.jsonl'
-    operator = operators(E2E_RESOURCE=f'stricts.{GROUP}', E2E_CALLS=str(calls), E2E_SECOND_FAILS='0')
+    calls, events = tmp_path / 'calls.jsonl', tmp_path / 'events.jsonl'
+    operator = operators(E2E_RESOURCE=f'stricts.{GROUP}', E2E_CALLS=str(calls), E2E_SECOND_FAILS='0',
+                         E2E_EVENTS=str(events))
     operator.wait_for_output('Serving')
     path = make(kube, 'stricts', 'Strict', namespace, field='old', keep='same')
     wait_for(done(calls, 'first', 'second', 'third'), timeout=30, what="creation")
-    settled(kube, path, quiet=1)
+    settled(kube, path, events)
 
     kube.patch(path, {'spec': {'field': 'new', 'added': 1}})
     wait_for(done(calls, 'update'), timeout=30, what="the update handler")

@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 import yaml
 
+from kopf.testing import KubeAPI, KubeAPIError, wait_for
 from tests.e2e.harness import OPERATORS, REPO, OperatorProcess, kopf_run, read_calls
-from tests.e2e.kubeapi import KubeAPI, KubeAPIError, wait_for
 
 GROUP, VERSION, PLURAL = 'e2e.kopf.dev', 'v1', 'shardeds'
 CRD: dict[str, Any] = {
@@ -339,7 +339,7 @@ def test_graceful_rolling_restart_while_objects_are_created_loses_nothing(
             create_objects(kube, namespace, [name])
             names.append(name)
             created.append(time.time())
-            time.sleep(0.1)
+            stop_creating.wait(0.1)  # about ten a second: a pace, not a wait for anything
 
     creator = threading.Thread(target=create_continuously, daemon=True)
     creator.start()
@@ -355,7 +355,9 @@ def test_graceful_rolling_restart_while_objects_are_created_loses_nothing(
             new.wait(lambda new=new: shards_adopted(new, 3), what="the new replica to join", timeout=20)
             restarts.append((stopping, time.time()))
             current[index] = new
-        time.sleep(0.5)  # objects created right after the last hand-over, too
+        handed_over = restarts[-1][1]
+        wait_for(lambda: len([moment for moment in created if moment > handed_over]) >= 3, timeout=20,
+                 what="objects created right after the last hand-over, too")
     finally:
         stop_creating.set()
         creator.join()
@@ -472,6 +474,7 @@ class KubeAPIAs(KubeAPI):
         self.server = admin.server
         self.ssl = ssl.create_default_context(cafile=config['clusters'][0]['cluster']['certificate-authority'])
         self.ssl.load_cert_chain(user['client-certificate'], user['client-key'])
+        self.headers = {}
 
     def allowed(self, path: str) -> bool:
         try:

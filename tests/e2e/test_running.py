@@ -6,9 +6,8 @@ import json
 import pytest
 
 import kopf
-from kopf.testing import KopfRunner
+from kopf.testing import KopfRunner, wait_for
 from tests.e2e.harness import OPERATORS, handlers_called
-from tests.e2e.kubeapi import wait_for
 
 
 @pytest.fixture()

@@ -39,8 +39,8 @@ from typing import Any
 
 import pytest
 
+from kopf.testing import KubeAPI, wait_for
 from tests.e2e.harness import TIMEOUT
-from tests.e2e.kubeapi import KubeAPI, wait_for
 from tests.e2e.test_compat import COMPAT, KOPF, Side, start_side
 
 GROUP = 'scopes.e2e.kopf.dev'

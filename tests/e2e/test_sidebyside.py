@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks import sidebyside
-from tests.e2e.controlplane import ControlPlane
+from kopf.testing import ControlPlane
 
 
 def log_tails(directory: Path) -> str:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from kopf.testing import KubeAPI
 from tests.e2e.harness import OPERATORS, OperatorProcess, kopf_run
-from tests.e2e.kubeapi import KubeAPI
 
 
 def free_port() -> int:

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
+from kopf.testing import KubeAPI
 from tests.e2e import peers
 from tests.e2e.harness import OPERATORS, OperatorProcess, read_calls
-from tests.e2e.kubeapi import KubeAPI
 from tests.e2e.test_persistence import settled
 
 GROUP, VERSION, PLURAL = 'e2e.kopf.dev', 'v1', 'kopfupgrades'
@@ -131,14 +131,15 @@ def test_upgrade_from_kopf_with_work_in_flight(version, kube, kubeconfig, namesp
     before = {'creating': kube.get(creating), 'updating': kube.get(updating)}
     kopf_pids = {c['pid'] for c in read_calls(calls)}
 
-    ours = operators('upgrade.py', E2E_CALLS=str(calls), E2E_DELAY=DELAY)
+    events = tmp_path / 'events.jsonl'
+    ours = operators('upgrade.py', E2E_CALLS=str(calls), E2E_DELAY=DELAY, E2E_EVENTS=str(events))
 
     def ours_done() -> bool:
         mine = [c for c in read_calls(calls) if c['pid'] == ours.process.pid and c['ok']]
         done = {(c['name'], c['handler']) for c in mine}
         return {('creating', 'flaky'), ('creating', 'parent/child2'), ('updating', 'upd')} <= done
     ours.wait(ours_done, what="our kopf to finish the handling", timeout=40)
-    after = {name: settled(kube, f'{base}/{name}', quiet=1.5) for name in ('creating', 'updating')}
+    after = {name: settled(kube, f'{base}/{name}', events) for name in ('creating', 'updating')}
 
     all_calls = read_calls(calls)
     mine = [c for c in all_calls if c['pid'] == ours.process.pid]

@@ -12,6 +12,7 @@ import copy
 import datetime
 import json
 import logging
+import time
 
 import pytest
 
@@ -52,10 +53,23 @@ class FakeClock:
         self._wake()
         await future
 
+    def call_later(self, seconds, callback):
+        """Call back when the clock is moved this far; the returned timer can be cancelled."""
+        timer = asyncio.get_running_loop().create_future()
+        timer.add_done_callback(lambda f: None if f.cancelled() else callback())
+        self.sleepers.append((self.mono + seconds, asyncio.get_running_loop(), timer))
+        self._wake()
+        return timer
+
     def advance(self, seconds):
         self.wall += datetime.timedelta(seconds=seconds)
         self.mono += seconds
         self._wake()
+
+    @property
+    def next_deadline(self):
+        """When the earliest of those waiting for the clock wakes up; ``None`` if nobody waits."""
+        return min((deadline for deadline, _, future in self.sleepers if not future.done()), default=None)
 
     def _wake(self):
         due = [sleeper for sleeper in self.sleepers if sleeper[0] <= self.mono]
@@ -67,6 +81,47 @@ class FakeClock:
 @pytest.fixture()
 def clock():
     return FakeClock()
+
+
+async def idle():
+    """Yield to the event loop until nothing else is ready to run: whatever waits, waits for something else."""
+    loop = asyncio.get_running_loop()
+    for _ in range(10_000):
+        await asyncio.sleep(0)
+        if not loop._ready:  # nothing scheduled after this task: every other task waits
+            return
+    raise AssertionError("The event loop never became idle.")
+
+
+async def until(condition, *, timeout=10.0):
+    """
+    Yield to the event loop until the condition holds (sockets and other threads go on meanwhile).
+
+    The timeout (real time) only turns a condition that never comes true into a failure; nothing waits for it.
+    """
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"The condition never came true: {condition}")
+        await asyncio.sleep(0)
+
+
+async def in_fake_time(clock, awaitable):
+    """
+    Await it while moving the clock: whenever everything else waits, to the earliest deadline of those waiting.
+
+    So code that waits on the clock runs as it would in real time, only without the waiting.
+    """
+    task = asyncio.ensure_future(awaitable)
+    while not task.done():
+        await idle()
+        if task.done():
+            break
+        if clock.next_deadline is None:  # e.g. a handler in a thread: it comes back to the loop later
+            await until(lambda: task.done() or clock.next_deadline is not None)
+            continue
+        clock.advance(max(0.0, clock.next_deadline - clock.mono))
+    return task.result()
 
 
 @pytest.fixture()

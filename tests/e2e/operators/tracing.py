@@ -11,6 +11,9 @@ can count calls across operator restarts.
 * ``E2E_SECOND_DELAY``: its retry delay in seconds.
 * ``E2E_STORE``: the JSON file of the ``file`` storage (progress outside the object).
 * ``E2E_POST_LOGGERS``: ``1`` to post the per-object log messages as Events too.
+* ``E2E_EVENTS``: if set, every event of an object is recorded in this file as a JSON line with the value of
+  the object's annotation ``kubectl.kubernetes.io/last-applied-configuration``, which tests set as a marker
+  (kubectl's own annotation is in no essence: changing it runs no handler).
 """
 import asyncio
 import json
@@ -21,6 +24,8 @@ import kopf
 
 RESOURCE = os.environ['E2E_RESOURCE']
 CALLS = pathlib.Path(os.environ['E2E_CALLS'])
+EVENTS = os.environ.get('E2E_EVENTS')
+MARKER = 'kubectl.kubernetes.io/last-applied-configuration'
 PREFIX = os.environ.get('E2E_PREFIX', 'kopf.zalando.org')
 SECOND_FAILS = int(os.environ.get('E2E_SECOND_FAILS', '1'))
 SECOND_DELAY = float(os.environ.get('E2E_SECOND_DELAY', '1'))
@@ -105,3 +110,10 @@ def changed(diff, old, new, **_):
 @kopf.on.delete(RESOURCE)
 def deleted(**_):
     record('delete')
+
+
+if EVENTS:
+    @kopf.on.event(RESOURCE)
+    def seen(annotations, **_):
+        with pathlib.Path(EVENTS).open('a') as f:
+            f.write(json.dumps({'marker': annotations.get(MARKER)}) + '\n')

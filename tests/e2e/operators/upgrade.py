@@ -8,6 +8,8 @@ called what), and whether it succeeded.
 * ``spec.failures`` of an object: how many times ``flaky`` and ``parent/child2``
   raise a TemporaryError before they succeed (retry delay ``$E2E_DELAY`` seconds).
 * ``upd`` (the update handler) fails twice before it succeeds.
+* ``$E2E_EVENTS``, if set: every event of an object is recorded there with the value of the
+  marker annotation, so that the test knows when the operator has seen a change it made.
 """
 import json
 import os
@@ -17,6 +19,8 @@ import kopf
 GROUP, VERSION, PLURAL = 'e2e.kopf.dev', 'v1', 'kopfupgrades'
 CALLS = os.environ['E2E_CALLS']
 DELAY = float(os.environ.get('E2E_DELAY', '2'))
+EVENTS = os.environ.get('E2E_EVENTS')
+MARKER = 'kubectl.kubernetes.io/last-applied-configuration'
 LONG_ID = 'a-very-long-handler-id-that-goes-well-beyond-sixty-three-characters-in-total'
 
 
@@ -73,3 +77,11 @@ def upd(name, retry, diff, **_):
     record('upd', name, retry, ok, diff=[[op, list(path), old, new] for op, path, old, new in diff])
     if not ok:
         raise kopf.TemporaryError("upd is not ready yet", delay=DELAY)
+
+
+if EVENTS:
+    @kopf.on.event(GROUP, VERSION, PLURAL)
+    def seen(body, **_):
+        annotations = body.get('metadata', {}).get('annotations', {})
+        with open(EVENTS, 'a') as f:
+            f.write(json.dumps({'marker': annotations.get(MARKER), 'pid': os.getpid()}) + '\n')

@@ -19,6 +19,7 @@ import kopf
 from kopf._admission import certificates
 from kopf._admission import servers as webhooks
 from kopf._structs.reviews import InvalidReviewError
+from tests.unit.conftest import until
 
 REVIEW = {'apiVersion': 'admission.k8s.io/v1', 'kind': 'AdmissionReview', 'request': {'uid': 'u1'}}
 
@@ -208,13 +209,6 @@ def der(pem):
     return ssl.PEM_cert_to_DER_cert(pem.decode('ascii'))
 
 
-async def eventually(condition, *, timeout=10.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await condition():
-        assert asyncio.get_running_loop().time() < deadline, "The condition is not met in time."
-        await asyncio.sleep(0.01)
-
-
 async def test_renewed_certificate_files_are_served_without_a_restart(tmp_path, caplog):
     first, second = certificates.generate(['127.0.0.1']), certificates.generate(['127.0.0.1'])
     cert, key, ca = tmp_path / 'cert.pem', tmp_path / 'key.pem', tmp_path / 'ca.pem'
@@ -235,9 +229,7 @@ async def test_renewed_certificate_files_are_served_without_a_restart(tmp_path, 
 
         # Half renewed: the new certificate does not go with the old key. The old pair is served meanwhile.
         cert.write_bytes(second.cert_pem)
-        async def reported():
-            return "cannot be used yet" in caplog.text
-        await eventually(reported)
+        await until(lambda: "cannot be used yet" in caplog.text)
         assert await served_certificate(port) == der(first.cert_pem)
 
         key.write_bytes(second.key_pem)

@@ -15,6 +15,7 @@ from kopf._structs.credentials import ConnectionInfo
 from kopf._structs.resources import Resource, Selector
 from kopf._structs.reviews import WebhookType
 from kopf.config import OperatorConfig
+from tests.unit.conftest import until
 
 KEX = Selector(name='kopfexamples')
 PODS = Selector(name='pods')
@@ -195,7 +196,7 @@ class FakeServer:
                 raise self.fail
             for endpoint in self.endpoints:
                 yield endpoint
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(0)  # the framework takes it meanwhile
             if self.die is not None:
                 raise self.die
             await asyncio.Event().wait()
@@ -246,9 +247,10 @@ def settings(server, managed='auto.kopf.dev'):
     return config
 
 
-def webhooks_of(registry, context, config, stop, namespaces=None, replicas=None):
+def webhooks_of(registry, context, config, stop, namespaces=None, replicas=None, clock=None):
     return serving.admission_webhooks(context=context, registry=registry, resources=RESOURCES, config=config,
-                                      memo=kopf.Memo(), namespaces=namespaces, stop=stop, replicas=replicas)
+                                      memo=kopf.Memo(), namespaces=namespaces, stop=stop, replicas=replicas,
+                                      **({'clock': clock} if clock is not None else {}))
 
 
 async def test_configurations_exist_while_serving_and_are_removed_on_exit(registry, context, api):
@@ -285,12 +287,8 @@ async def test_new_endpoints_of_the_server_update_the_configurations(registry, c
     kopf.on.validate('kopfexamples', id='check', registry=registry)(fn)
     moved = {'url': 'https://127.0.0.1:9444', 'caBundle': 'Q0E='}
     async with webhooks_of(registry, context, settings(FakeServer(ENDPOINT, moved)), asyncio.Event()):
-        for _ in range(100):
-            if api['validating']()['webhooks'][0]['clientConfig']['url'] == 'https://127.0.0.1:9444/check':
-                break
-            await asyncio.sleep(0.01)
-        else:
-            pytest.fail(f"Not reconfigured: {api['validating']()}")
+        await until(lambda: api['validating']()['webhooks'][0]['clientConfig']['url'] ==
+                    'https://127.0.0.1:9444/check')
 
 
 async def test_unmanaged_webhooks_are_served_without_touching_configurations(registry, context, api, caplog):
@@ -421,6 +419,7 @@ class FakeReplicas:
         self.is_steward = steward
         self.is_alone = alone
         self.revision = 0
+        self.looked_at = None  # the last revision that the steward has acted on and waits beyond
         self._changed = asyncio.Event()
         self.handover_timeout = 2.0
 
@@ -435,6 +434,7 @@ class FakeReplicas:
         self._changed.set()
 
     async def revised(self, revision):
+        self.looked_at = revision
         while self.revision == revision:
             self._changed.clear()
             await self._changed.wait()
@@ -443,44 +443,43 @@ class FakeReplicas:
         return self.is_alone
 
 
-async def eventually(condition, timeout=2.0):
-    for _ in range(int(timeout / 0.01)):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    pytest.fail("Timed out.")
-
-
-async def test_only_the_steward_writes_and_only_what_differs(registry, context, api):
+async def test_only_the_steward_writes_and_only_what_differs(registry, context, api, clock):
     kopf.on.validate('kopfexamples', id='check', registry=registry)(fn)
     replicas = FakeReplicas()
-    async with webhooks_of(registry, context, settings(FakeServer()), asyncio.Event(), replicas=replicas):
-        await asyncio.sleep(0.05)
+    async with webhooks_of(registry, context, settings(FakeServer()), asyncio.Event(), replicas=replicas,
+                           clock=clock):
+        await until(lambda: replicas.looked_at == replicas.revision)
         assert api['writes'] == []  # not the steward: it serves, but writes nothing
         replicas.change(is_steward=True)
-        await eventually(lambda: api['validating']() is not None)
+        await until(lambda: api['validating']() is not None)
         assert api['validating']()['metadata']['annotations'] == {serving.STEWARD_ANNOTATION: 'a'}
         writes = len(api['writes'])
         replicas.change(is_steward=False)
         replicas.change(is_steward=True)  # the steward again: it looks, but the substance is the same
-        await asyncio.sleep(0.05)
+        await until(lambda: replicas.looked_at == replicas.revision)
         assert len(api['writes']) == writes
     assert api['validating']() is None  # the last replica, and the steward: removed
 
 
 async def test_an_exiting_steward_leaves_the_configurations_to_the_others_once_one_keeps_them(
-        registry, context, api):
+        registry, context, api, clock, caplog):
+    caplog.set_level(logging.INFO)
     kopf.on.validate('kopfexamples', id='check', registry=registry)(fn)
     replicas = FakeReplicas(steward=True, alone=False)
     server = FakeServer()
 
     async def take_over():
-        await asyncio.sleep(0.3)
+        await until(lambda: "waiting for one of them to take them over" in caplog.text)
+        for _ in range(3):  # it looks again and again, within the hand-over timeout
+            await until(lambda: clock.next_deadline is not None)
+            clock.advance(serving.HANDOVER_POLLING)
+        await until(lambda: clock.next_deadline is not None)  # it has looked, and waits to look again
         assert not server.stopped.is_set()  # it still serves while nobody else keeps them
         api['validating']()['metadata']['annotations'][serving.STEWARD_ANNOTATION] = 'b'
+        clock.advance(serving.HANDOVER_POLLING)
 
-    async with webhooks_of(registry, context, settings(server), asyncio.Event(), replicas=replicas):
-        await eventually(lambda: api['validating']() is not None)
+    async with webhooks_of(registry, context, settings(server), asyncio.Event(), replicas=replicas, clock=clock):
+        await until(lambda: api['validating']() is not None)
         replicas.change(is_steward=False)  # stepping down, as at the exit
         other = asyncio.create_task(take_over())
     await other

@@ -26,7 +26,7 @@ from kopf._storage.progress import (
 from kopf._structs.bodies import Body
 from kopf.config import OperatorConfig
 from kopf.errors import PermanentError, TemporaryError
-from tests.unit.conftest import FINALIZER, LAST_HANDLED, RESOURCE, SELECTOR, logger, make_handler, names
+from tests.unit.conftest import FINALIZER, LAST_HANDLED, RESOURCE, SELECTOR, idle, logger, make_handler, names
 
 
 @pytest.fixture()
@@ -722,12 +722,10 @@ async def test_nothing_of_a_cycle_outlives_it(server, registry):
     refs.extend([weakref.ref(body), weakref.ref(object_logger), weakref.ref(result.patch)])
     del body, object_logger, result
 
-    # The executor's thread lets go of its last call a moment after the result is delivered: give it that moment.
-    for _ in range(100):
-        gc.collect()
-        if all(ref() is None for ref in refs):
-            break
-        await asyncio.sleep(0.01)
+    # The executor's thread lets go of its last call only after the result is delivered: wait until it has ended.
+    server.config.execution.executor.shutdown(wait=True)
+    await idle()  # and what it has sent to the event loop is done with, too
+    gc.collect()
     assert [ref() for ref in refs] == [None] * len(refs)
 
 

@@ -5,6 +5,7 @@ The API server is an ``aresponses`` mock; the handling itself is replaced by
 a fixed result where only the sending matters.
 """
 import asyncio
+import dataclasses
 import gc
 import json
 import logging
@@ -26,6 +27,7 @@ from kopf._structs.bodies import Body
 from kopf._structs.patches import Patch
 from kopf._structs.resources import Resource, Selector
 from kopf.config import OperatorConfig
+from tests.unit.conftest import idle
 
 RESOURCE = Resource(group='kopf.dev', version='v1', plural='kopfexamples', kind='KopfExample',
                     subresources=frozenset({'status'}))
@@ -254,11 +256,9 @@ async def test_nothing_of_a_processed_event_is_kept(aresponses, host, watch):
     assert outcome.resource_version == '3'
     assert sent[-1] == {'status': {'create_fn': 'done'}}
     assert len(refs) == 3
-    for _ in range(100):  # the executor's thread lets go of its last call a moment after the result
-        gc.collect()
-        if all(ref() is None for ref in refs):
-            break
-        await asyncio.sleep(0.01)
+    watch.config.execution.executor.shutdown(wait=True)  # its thread lets go of its last call after the result
+    await idle()  # and what it has sent to the event loop is done with, too
+    gc.collect()
     assert [ref() for ref in refs] == [None, None, None]
 
 
@@ -550,9 +550,9 @@ async def test_what_the_annotation_budget_leaves_out_does_not_make_the_patch_too
     assert 'too large to be sent' not in caplog.text
 
 
-async def test_first_sight_is_remembered_while_the_memory_of_it_is_packed(watch, monkeypatch):
+async def test_first_sight_is_remembered_while_the_memory_of_it_is_packed(watch, monkeypatch, clock):
     monkeypatch.setattr(dormancy, 'MIN_PACKED', 1)
-    watch.seen._box.quiet = 0.05
+    watch = dataclasses.replace(watch, seen=dormancy.DormantSet(quiet=0.05, clock=clock))
     firsts = []
 
     async def fake_handle_object(**kwargs):
@@ -561,7 +561,8 @@ async def test_first_sight_is_remembered_while_the_memory_of_it_is_packed(watch,
 
     monkeypatch.setattr(cycle, 'handle_object', fake_handle_object)
     await processing.process_event(watch, {'type': None, 'object': raw()}, False)
-    await asyncio.sleep(0.2)
+    clock.advance(0.2)
+    await idle()
     assert watch.seen.packed
     await processing.process_event(watch, {'type': None, 'object': raw()}, False)
     assert firsts == [True, False]

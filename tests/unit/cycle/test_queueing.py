@@ -1,11 +1,18 @@
+"""
+Per-object queueing, in the fake time of the clock: it moves whenever everything waits (see ``in_fake_time``).
+
+The pauses in the streams and the handlers' durations are seconds of that
+clock, so the timing is exact however busy the machine is, and nothing waits.
+"""
 import asyncio
 import dataclasses
 import gc
 import weakref
 
 from kopf._cycle import queueing
-from kopf._cycle.queueing import ProcessingOutcome, event_key, watch_objects
+from kopf._cycle.queueing import ProcessingOutcome, event_key
 from kopf._observability.recording import QueueProbe
+from tests.unit.conftest import in_fake_time
 
 
 @dataclasses.dataclass
@@ -21,14 +28,20 @@ def event(uid, rv, type_='MODIFIED', **spec):
                                       'spec': spec}}
 
 
-async def feed(events, *, pause=0.0, hold=0.0):
+async def feed(clock, events, *, pause=0.0, hold=0.0):
+    """The events as a stream; numbers among them are pauses (seconds of the clock); ``hold``: before its end."""
     for e in events:
         if isinstance(e, float):
-            await asyncio.sleep(e)
+            await clock.sleep(e)
         else:
             yield e
-            await asyncio.sleep(pause)
-    await asyncio.sleep(hold)
+            await clock.sleep(pause)
+    await clock.sleep(hold)
+
+
+async def watch_objects(clock, **kwargs):
+    """The stream's events handled to the end of the stream, in the fake time of the clock."""
+    await in_fake_time(clock, queueing.watch_objects(**kwargs, clock=clock))
 
 
 def test_objects_are_keyed_by_uid_or_by_name():
@@ -37,19 +50,19 @@ def test_objects_are_keyed_by_uid_or_by_name():
     assert event_key({'object': {'metadata': {'name': 'n'}}}) == '/n'  # cluster-scoped, as everywhere
 
 
-async def test_events_of_one_object_are_batched_and_the_latest_wins():
+async def test_events_of_one_object_are_batched_and_the_latest_wins(clock):
     seen = []
 
     async def processor(raw_event, woken_up):
         seen.append(raw_event['object']['metadata']['resourceVersion'])
         return ProcessingOutcome()
 
-    await watch_objects(stream=feed([event('a', 1), event('a', 2), event('a', 3)], hold=0.2),
+    await watch_objects(clock, stream=feed(clock, [event('a', 1), event('a', 2), event('a', 3)], hold=0.2),
                         processor=processor, settings=Settings())
     assert seen == ['3']
 
 
-async def test_one_object_is_never_handled_concurrently_but_objects_are_in_parallel():
+async def test_one_object_is_never_handled_concurrently_but_objects_are_in_parallel(clock):
     active = {}
     overlaps = []
     parallel = []
@@ -61,40 +74,41 @@ async def test_one_object_is_never_handled_concurrently_but_objects_are_in_paral
         active[uid] = True
         if any(v for k, v in active.items() if k != uid):
             parallel.append(uid)
-        await asyncio.sleep(0.1)
+        await clock.sleep(0.1)
         active[uid] = False
         return ProcessingOutcome()
 
     events = [event('a', 1), event('b', 1), 0.12, event('a', 2), event('b', 2)]
-    await watch_objects(stream=feed(events, hold=0.5), processor=processor, settings=Settings(batch_window=0.01))
+    await watch_objects(clock, stream=feed(clock, events, hold=0.5),
+                        processor=processor, settings=Settings(batch_window=0.01))
     assert overlaps == []
     assert parallel
 
 
-async def test_a_delay_wakes_the_worker_up_without_new_events():
+async def test_a_delay_wakes_the_worker_up_without_new_events(clock):
     calls = []
 
     async def processor(raw_event, woken_up):
         calls.append(woken_up)
         return ProcessingOutcome(delay=0.1 if len(calls) == 1 else None)
 
-    await watch_objects(stream=feed([event('a', 1)], hold=0.4), processor=processor, settings=Settings())
+    await watch_objects(clock, stream=feed(clock, [event('a', 1)], hold=0.4), processor=processor, settings=Settings())
     assert calls == [False, True]
 
 
-async def test_a_new_event_interrupts_the_delay():
+async def test_a_new_event_interrupts_the_delay(clock):
     calls = []
 
     async def processor(raw_event, woken_up):
         calls.append((raw_event['object']['metadata']['resourceVersion'], woken_up))
         return ProcessingOutcome(delay=10)
 
-    await watch_objects(stream=feed([event('a', 1), 0.1, event('a', 2)], hold=0.2),
+    await watch_objects(clock, stream=feed(clock, [event('a', 1), 0.1, event('a', 2)], hold=0.2),
                         processor=processor, settings=Settings(exit_timeout=0.1))
     assert calls == [('1', False), ('2', False)]
 
 
-async def test_stale_events_before_our_own_patch_are_skipped():
+async def test_stale_events_before_our_own_patch_are_skipped(clock):
     seen = []
 
     async def processor(raw_event, woken_up):
@@ -104,43 +118,43 @@ async def test_stale_events_before_our_own_patch_are_skipped():
 
     # Event 2 arrives long after the batch window, still before our patch (rv 5) shows up.
     events = [event('a', 1), 0.2, event('a', 2), 0.1, event('a', 5)]
-    await watch_objects(stream=feed(events, hold=0.3), processor=processor, settings=Settings())
+    await watch_objects(clock, stream=feed(clock, events, hold=0.3), processor=processor, settings=Settings())
     assert seen == ['1', '5']
 
 
-async def test_deleted_objects_end_their_worker():
+async def test_deleted_objects_end_their_worker(clock):
     seen = []
 
     async def processor(raw_event, woken_up):
         seen.append(raw_event['type'])
         return ProcessingOutcome(delay=10)
 
-    started = asyncio.get_running_loop().time()
-    await watch_objects(stream=feed([event('a', 1, 'DELETED')]), processor=processor,
+    started = clock.monotonic()
+    await watch_objects(clock, stream=feed(clock, [event('a', 1, 'DELETED')]), processor=processor,
                         settings=Settings(exit_timeout=5))
     assert seen == ['DELETED']
-    assert asyncio.get_running_loop().time() - started < 2
+    assert clock.monotonic() - started < 2
 
 
-async def test_worker_limit_bounds_parallel_handling():
+async def test_worker_limit_bounds_parallel_handling(clock):
     active = []
     peak = []
 
     async def processor(raw_event, woken_up):
         active.append(1)
         peak.append(len(active))
-        await asyncio.sleep(0.05)
+        await clock.sleep(0.05)
         active.pop()
         return ProcessingOutcome()
 
     events = [event(f'o{i}', 1) for i in range(5)]
-    await watch_objects(stream=feed(events, hold=0.5), processor=processor,
+    await watch_objects(clock, stream=feed(clock, events, hold=0.5), processor=processor,
                         settings=Settings(worker_limit=2, batch_window=0.01))
     assert len(peak) == 5
     assert max(peak) == 2
 
 
-async def test_a_wake_up_after_our_patch_continues_from_the_patched_object(monkeypatch):
+async def test_a_wake_up_after_our_patch_continues_from_the_patched_object(monkeypatch, clock):
     monkeypatch.setattr(queueing, 'CONSISTENCY_TIMEOUT', 0.1)
     seen = []
 
@@ -152,12 +166,12 @@ async def test_a_wake_up_after_our_patch_continues_from_the_patched_object(monke
         return ProcessingOutcome()
 
     # The patch's own event never arrives (e.g. the watch broke): the worker must not re-use event 1.
-    await watch_objects(stream=feed([event('a', 1, step='original')], hold=0.3), processor=processor,
+    await watch_objects(clock, stream=feed(clock, [event('a', 1, step='original')], hold=0.3), processor=processor,
                         settings=Settings(exit_timeout=0.1))
     assert seen == [('original', False), ('patched', True)]
 
 
-async def test_after_our_patch_its_own_event_is_awaited_instead_of_waking_up_at_once():
+async def test_after_our_patch_its_own_event_is_awaited_instead_of_waking_up_at_once(clock):
     seen = []
 
     async def processor(raw_event, woken_up):
@@ -166,12 +180,12 @@ async def test_after_our_patch_its_own_event_is_awaited_instead_of_waking_up_at_
             return ProcessingOutcome(delay=0, resource_version='2', body=event('a', 2)['object'])
         return ProcessingOutcome()
 
-    await watch_objects(stream=feed([event('a', 1), 0.1, event('a', 2)], hold=0.2), processor=processor,
+    await watch_objects(clock, stream=feed(clock, [event('a', 1), 0.1, event('a', 2)], hold=0.2), processor=processor,
                         settings=Settings())
     assert seen == [('1', False), ('2', False)]
 
 
-async def test_a_deletion_counts_as_consistent_with_our_last_patch(monkeypatch):
+async def test_a_deletion_counts_as_consistent_with_our_last_patch(monkeypatch, clock):
     monkeypatch.setattr(queueing, 'CONSISTENCY_TIMEOUT', 3.0)
     seen = []
 
@@ -179,14 +193,14 @@ async def test_a_deletion_counts_as_consistent_with_our_last_patch(monkeypatch):
         seen.append(raw_event['type'])
         return ProcessingOutcome(resource_version='99')  # e.g. our finalizer removal
 
-    started = asyncio.get_running_loop().time()
-    await watch_objects(stream=feed([event('a', 1), 0.1, event('a', 2, 'DELETED')]), processor=processor,
+    started = clock.monotonic()
+    await watch_objects(clock, stream=feed(clock, [event('a', 1), 0.1, event('a', 2, 'DELETED')]), processor=processor,
                         settings=Settings(exit_timeout=5))
     assert seen == ['MODIFIED', 'DELETED']
-    assert asyncio.get_running_loop().time() - started < 2  # not held back until the timeout
+    assert clock.monotonic() - started < 2  # not held back until the timeout
 
 
-async def test_our_patch_seen_while_still_handling_is_not_awaited_again(monkeypatch):
+async def test_our_patch_seen_while_still_handling_is_not_awaited_again(monkeypatch, clock):
     monkeypatch.setattr(queueing, 'CONSISTENCY_TIMEOUT', 3.0)
     seen = []
 
@@ -194,51 +208,47 @@ async def test_our_patch_seen_while_still_handling_is_not_awaited_again(monkeypa
         rv = raw_event['object']['metadata']['resourceVersion']
         seen.append(rv)
         if rv == '1':
-            await asyncio.sleep(0.2)  # meanwhile, our patch's event (5) and a later one (6) arrive
+            await clock.sleep(0.2)  # meanwhile, our patch's event (5) and a later one (6) arrive
             return ProcessingOutcome(resource_version='5')
         return ProcessingOutcome()
 
-    started = asyncio.get_running_loop().time()
+    started = clock.monotonic()
     events = [event('a', 1), 0.1, event('a', 5), event('a', 6)]
-    await watch_objects(stream=feed(events, hold=0.4), processor=processor, settings=Settings(exit_timeout=0.1))
+    await watch_objects(clock, stream=feed(clock, events, hold=0.4),
+                        processor=processor, settings=Settings(exit_timeout=0.1))
     assert seen == ['1', '6']
-    assert asyncio.get_running_loop().time() - started < 2  # not held back until the timeout
+    assert clock.monotonic() - started < 2  # not held back until the timeout
 
 
 class Event(dict):
     """A raw event that can be referenced weakly, to see whether anything still holds it."""
 
 
-async def test_a_waiting_worker_keeps_nothing_of_the_handled_object():
+async def test_a_waiting_worker_keeps_nothing_of_the_handled_object(clock):
     handled = asyncio.Event()
-    checked = asyncio.Event()
     refs = []
+    alive = []
 
     async def stream():
         obj = Event(type='ADDED', object={'metadata': {'uid': 'a', 'resourceVersion': '1'}})
         refs.append(weakref.ref(obj))
         yield obj
         del obj
-        await checked.wait()
+        await handled.wait()
+        await clock.sleep(1)  # the worker is waiting for new events now (for 5 s before it goes idle)
+        gc.collect()
+        alive.append(refs[0]() is not None)
 
     async def processor(raw_event, woken_up):
         handled.set()
         return ProcessingOutcome(body={'metadata': {'uid': 'a', 'resourceVersion': '2'}})
 
-    async def check():
-        await handled.wait()
-        await asyncio.sleep(0.1)  # the worker is waiting for new events now
-        gc.collect()
-        alive = refs[0]() is not None
-        checked.set()
-        return alive
-
     settings = Settings(idle_timeout=5, exit_timeout=0.1)
-    alive, _ = await asyncio.gather(check(), watch_objects(stream=stream(), processor=processor, settings=settings))
-    assert not alive
+    await watch_objects(clock, stream=stream(), processor=processor, settings=settings)
+    assert alive == [False]
 
 
-async def test_events_older_than_our_patch_are_skipped_however_late_its_event_comes(monkeypatch):
+async def test_events_older_than_our_patch_are_skipped_however_late_its_event_comes(monkeypatch, clock):
     monkeypatch.setattr(queueing, 'CONSISTENCY_TIMEOUT', 0.1)
     seen = []
 
@@ -249,12 +259,12 @@ async def test_events_older_than_our_patch_are_skipped_however_late_its_event_co
 
     # A lagging watch: the stale events 2 and 3 come long after any short timeout, then our patch's event.
     events = [event('a', 1), 0.3, event('a', 2), 0.3, event('a', 3), 0.1, event('a', 5)]
-    await watch_objects(stream=feed(events, hold=0.3), processor=processor,
+    await watch_objects(clock, stream=feed(clock, events, hold=0.3), processor=processor,
                         settings=Settings(idle_timeout=0.2, exit_timeout=0.1))
     assert seen == ['1', '5']
 
 
-async def test_a_due_wake_up_continues_from_our_patch_while_older_events_are_held_back(monkeypatch):
+async def test_a_due_wake_up_continues_from_our_patch_while_older_events_are_held_back(monkeypatch, clock):
     monkeypatch.setattr(queueing, 'CONSISTENCY_TIMEOUT', 0.1)
     seen = []
 
@@ -265,12 +275,13 @@ async def test_a_due_wake_up_continues_from_our_patch_while_older_events_are_hel
         return ProcessingOutcome()
 
     events = [event('a', 1), 0.05, event('a', 2), 0.3, event('a', 5)]
-    await watch_objects(stream=feed(events, hold=0.3), processor=processor, settings=Settings(exit_timeout=0.1))
+    await watch_objects(clock, stream=feed(clock, events, hold=0.3),
+                        processor=processor, settings=Settings(exit_timeout=0.1))
     assert seen[:2] == [('1', False), ('5', True)]  # never the stale 2
     assert ('2', False) not in seen
 
 
-async def test_a_patch_that_changed_nothing_is_not_awaited(monkeypatch):
+async def test_a_patch_that_changed_nothing_is_not_awaited(monkeypatch, clock):
     monkeypatch.setattr(queueing, 'CONSISTENCY_TIMEOUT', 3.0)
     seen = []
 
@@ -280,14 +291,14 @@ async def test_a_patch_that_changed_nothing_is_not_awaited(monkeypatch):
             return ProcessingOutcome(delay=0, resource_version='1', body=event('a', 1)['object'])
         return ProcessingOutcome()
 
-    started = asyncio.get_running_loop().time()
-    await watch_objects(stream=feed([event('a', 1)], hold=0.4), processor=processor,
+    started = clock.monotonic()
+    await watch_objects(clock, stream=feed(clock, [event('a', 1)], hold=0.4), processor=processor,
                         settings=Settings(exit_timeout=0.1))
     assert seen == [False, True]
-    assert asyncio.get_running_loop().time() - started < 2  # not held back until the timeout
+    assert clock.monotonic() - started < 2  # not held back until the timeout
 
 
-async def test_a_lost_patch_event_is_given_up_on_with_a_warning(monkeypatch, caplog):
+async def test_a_lost_patch_event_is_given_up_on_with_a_warning(monkeypatch, caplog, clock):
     monkeypatch.setattr(queueing, 'CONSISTENCY_LIMIT', 0.2)
     seen = []
 
@@ -298,12 +309,13 @@ async def test_a_lost_patch_event_is_given_up_on_with_a_warning(monkeypatch, cap
         return ProcessingOutcome()
 
     events = [event('a', 1), 0.05, event('a', 2)]  # the event of our patch (5) never comes
-    await watch_objects(stream=feed(events, hold=0.5), processor=processor, settings=Settings(exit_timeout=0.1))
+    await watch_objects(clock, stream=feed(clock, events, hold=0.5),
+                        processor=processor, settings=Settings(exit_timeout=0.1))
     assert seen == [('1', False), ('5', True)]
     assert "has not arrived" in caplog.text
 
 
-async def test_a_failed_worker_names_its_object_and_the_same_failure_is_not_repeated(caplog):
+async def test_a_failed_worker_names_its_object_and_the_same_failure_is_not_repeated(caplog, clock):
     async def processor(raw_event, woken_up):
         raise RuntimeError('boom')
 
@@ -311,7 +323,7 @@ async def test_a_failed_worker_names_its_object_and_the_same_failure_is_not_repe
         return {'type': 'MODIFIED', 'object': {'kind': 'KopfExample', 'metadata': {
             'uid': 'u1', 'name': 'ex', 'namespace': 'ns', 'resourceVersion': str(rv)}}}
 
-    await watch_objects(stream=feed([named(1), 0.1, named(2), 0.1, named(3)], hold=0.1),
+    await watch_objects(clock, stream=feed(clock, [named(1), 0.1, named(2), 0.1, named(3)], hold=0.1),
                         processor=processor, settings=Settings(batch_window=0.01))
     errors = [r.getMessage() for r in caplog.records if r.levelname == 'ERROR']
     assert errors == ["The worker for KopfExample ns/ex (uid u1) has failed: RuntimeError: boom. "
@@ -339,7 +351,7 @@ class Probe(QueueProbe):
         self.calls.append(('forget', key))
 
 
-async def test_the_queue_tells_its_probe_what_arrives_what_is_taken_and_when_a_worker_ends():
+async def test_the_queue_tells_its_probe_what_arrives_what_is_taken_and_when_a_worker_ends(clock):
     probe = Probe()
     seen = []
 
@@ -347,7 +359,7 @@ async def test_the_queue_tells_its_probe_what_arrives_what_is_taken_and_when_a_w
         seen.append(raw_event['type'])
         return ProcessingOutcome()
 
-    await watch_objects(stream=feed([event('a', 1), event('a', 2, type_='DELETED')]), processor=processor,
-                        settings=Settings(), probe=probe)
+    await watch_objects(clock, stream=feed(clock, [event('a', 1), event('a', 2, type_='DELETED')], hold=0.2),
+                        processor=processor, settings=Settings(), probe=probe)
     assert seen == ['DELETED']  # batched: the latest wins
     assert probe.calls == [('arrived', 'a', False), ('arrived', 'a', True), ('taken', 'a', False), ('forget', 'a')]

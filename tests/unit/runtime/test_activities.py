@@ -9,7 +9,7 @@ import kopf
 from kopf._runtime.activities import ActivityInterrupted, run_activity
 from kopf._storage.progress import AnnotationsProgressStorage, SmartProgressStorage
 from kopf.errors import ActivityError, PermanentError, TemporaryError
-from tests.unit.conftest import logger, make_handler, names
+from tests.unit.conftest import in_fake_time, logger, make_handler, names, until
 
 
 async def test_startup_handlers_receive_the_config_as_config_and_settings(registry, config):
@@ -29,29 +29,35 @@ async def test_startup_handlers_receive_the_config_as_config_and_settings(regist
     assert not isinstance(config.persistence.progress_storage, SmartProgressStorage)
 
 
-async def test_activity_handlers_are_retried_in_memory(registry, config):
+async def test_activity_handlers_are_retried_in_memory(registry, config, clock):
     calls = []
-    kopf.on.startup(id='flaky', backoff=0.01, registry=registry)(
-        make_handler(calls, 'flaky', result=1, failures=[TemporaryError('later', delay=0.01), ValueError('x')]))
+    kopf.on.startup(id='flaky', backoff=5, registry=registry)(
+        make_handler(calls, 'flaky', result=1, failures=[TemporaryError('later', delay=10), ValueError('x')]))
     kopf.on.cleanup(id='other', registry=registry)(make_handler(calls, 'other'))
+    started = clock.monotonic()
 
-    results = await run_activity(registry=registry, activity='startup', config=config, memo=None, logger=logger)
+    results = await in_fake_time(clock, run_activity(registry=registry, activity='startup', config=config,
+                                                     memo=None, logger=logger, clock=clock))
 
+    assert clock.monotonic() - started == 15  # the delay, then the backoff
     assert results == {'flaky': 1}
     assert names(calls) == ['flaky', 'flaky', 'flaky']
     assert [kwargs['retry'] for _, kwargs in calls] == [0, 1, 2]
 
 
-async def test_activity_handlers_without_a_backoff_are_retried_after_the_default_backoff(registry, config, caplog):
+async def test_activity_handlers_without_a_backoff_are_retried_after_the_default_backoff(
+        registry, config, caplog, clock):
     calls = []
-    config.execution.default_backoff = 0.01
+    config.execution.default_backoff = 7
     kopf.on.startup(id='flaky', registry=registry)(make_handler(calls, 'flaky', failures=[ValueError('x')]))
+    started = clock.monotonic()
 
-    await asyncio.wait_for(run_activity(registry=registry, activity='startup', config=config, memo=None,
-                                        logger=logger), timeout=10)  # not 60 s: the setting decides
+    await in_fake_time(clock, run_activity(registry=registry, activity='startup', config=config, memo=None,
+                                           logger=logger, clock=clock))
 
+    assert clock.monotonic() - started == 7  # not 60 s: the setting decides
     assert names(calls) == ['flaky', 'flaky']
-    assert any('will be retried in 0.01s' in record.getMessage() for record in caplog.records)
+    assert any('will be retried in 7s' in record.getMessage() for record in caplog.records)
 
 
 async def test_activity_failures_are_raised_after_all_handlers(registry, config):
@@ -82,34 +88,41 @@ async def test_no_handlers_means_nothing_to_do(registry, config):
     assert await run_activity(registry=registry, activity='cleanup', config=config, memo=None, logger=logger) == {}
 
 
-async def test_a_stop_interrupts_a_handler_waiting_for_its_retry(registry, config):
+async def test_a_stop_interrupts_a_handler_waiting_for_its_retry(registry, config, clock):
     calls = []
     kopf.on.startup(id='waiting', registry=registry)(
         make_handler(calls, 'waiting', failures=[TemporaryError('not yet', delay=600)]))
     stop = asyncio.Event()
-    asyncio.get_running_loop().call_later(0.1, stop.set)
+    activity = asyncio.create_task(run_activity(registry=registry, activity='startup', config=config, memo=None,
+                                                logger=logger, stop=stop, clock=clock))
+    await until(lambda: clock.next_deadline is not None)  # waiting for the retry
+    stop.set()
 
     with pytest.raises(ActivityInterrupted, match='stopped while its startup handlers were running'):
-        await asyncio.wait_for(run_activity(registry=registry, activity='startup', config=config, memo=None,
-                                            logger=logger, stop=stop), timeout=5)
+        await asyncio.wait_for(activity, timeout=5)
     assert names(calls) == ['waiting']
 
 
 async def test_a_stop_cancels_a_running_async_handler(registry, config):
     cancelled = []
+    started = asyncio.Event()
 
     @kopf.on.startup(registry=registry)
     async def slow(**_):
+        started.set()
         try:
-            await asyncio.sleep(600)
+            await asyncio.Event().wait()  # for ever
         except asyncio.CancelledError:
             cancelled.append(True)
             raise
     stop = asyncio.Event()
-    asyncio.get_running_loop().call_later(0.1, stop.set)
+    activity = asyncio.create_task(run_activity(registry=registry, activity='startup', config=config, memo=None,
+                                                logger=logger, stop=stop))
+    await started.wait()
+    stop.set()
 
     with pytest.raises(ActivityInterrupted):
-        await run_activity(registry=registry, activity='startup', config=config, memo=None, logger=logger, stop=stop)
+        await activity
     assert cancelled == [True]
 
 

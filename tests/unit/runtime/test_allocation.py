@@ -101,20 +101,21 @@ async def run_checks(process: Process, steps: list[tuple[float, int]]) -> None:
     """Let the trimmer check once per step; before each check, the process uses (CPU seconds, resident)."""
     checks = iter(steps)
 
-    async def sleep(_: float) -> None:
-        try:
-            used, resident = next(checks)
-        except StopIteration:
-            raise asyncio.CancelledError from None
-        process.cpu += used
-        process.resident = resident
+    class Steps:
+        """A clock whose every interval is one step of the process; it ends the trimmer after the last one."""
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(allocation.asyncio, 'sleep', sleep)
-        with pytest.raises(asyncio.CancelledError):
-            await allocation.trim_when_quiet(interval=10, cpu_share=0.05, growth=8 * MB,
-                                             cpu_time=lambda: process.cpu, measure=lambda: process.resident,
-                                             release=process.release, collect=process.collect)
+        async def sleep(self, _: float) -> None:
+            try:
+                used, resident = next(checks)
+            except StopIteration:
+                raise asyncio.CancelledError from None
+            process.cpu += used
+            process.resident = resident
+
+    with pytest.raises(asyncio.CancelledError):
+        await allocation.trim_when_quiet(interval=10, cpu_share=0.05, growth=8 * MB,
+                                         cpu_time=lambda: process.cpu, measure=lambda: process.resident,
+                                         release=process.release, collect=process.collect, clock=Steps())
 
 
 async def test_a_grown_process_is_trimmed_once_it_is_quiet():

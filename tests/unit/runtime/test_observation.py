@@ -11,6 +11,7 @@ from kopf._runtime.observation import Insights, Resolution, crd_presence, revise
 from kopf._structs.namespaces import NamespaceScope
 from kopf._structs.resources import Resource, Selector
 from kopf.config import OperatorConfig
+from tests.unit.conftest import idle
 
 KEX = Resource('kopf.dev', 'v1', 'kopfexamples', 'KopfExample')
 OTHER = Resource('other.dev', 'v1', 'kopfexamples', 'KopfExample')
@@ -223,7 +224,7 @@ async def _idle(self) -> None:
 
 # --- observing the resources, on fake CRD watches and discovery ---------------------------------
 
-async def test_a_crd_that_appears_is_served_once_discovery_has_caught_up(monkeypatch, config, caplog):
+async def test_a_crd_that_appears_is_served_once_discovery_has_caught_up(monkeypatch, config, caplog, clock):
     crds: asyncio.Queue = asyncio.Queue()
     served: set = set()
     calls = []
@@ -246,33 +247,29 @@ async def test_a_crd_that_appears_is_served_once_discovery_has_caught_up(monkeyp
     monkeypatch.setattr(observation.discovery, 'resolve', resolve)
     monkeypatch.setattr(observation.discovery, 'serves', serves)
     monkeypatch.setattr(observation.discovery, 'refresh', lambda **_: None)
-    monkeypatch.setattr(observation, 'LAG_BACKOFF', 0.001)
-    monkeypatch.setattr(observation, 'MAX_LAG_BACKOFF', 0.001)
     caplog.set_level(logging.INFO)
     async with observation.observing(context=None, selectors=[S_KEX], config=config, scope=None,
-                                     stop=asyncio.Event()) as insights:
+                                     stop=asyncio.Event(), clock=clock) as insights:
         assert insights.resources == {} and insights.namespaces == {None}
         await settled()
         assert insights.scanning
         crds.put_nowait({'type': 'ADDED', 'object': crd()})
         await settled()
         assert insights.resources == {}  # discovery lags: asked again and again
-        asked = len(calls)
-        await asyncio.sleep(0.01)
-        assert len(calls) > asked
+        for _ in range(3):
+            asked = len(calls)
+            clock.advance(observation.MAX_LAG_BACKOFF)
+            await idle()
+            assert len(calls) > asked
         served.add(('kopf.dev', 'kopfexamples'))
-        for _ in range(100):
-            if insights.resources:
-                break
-            await asyncio.sleep(0.001)
+        clock.advance(observation.MAX_LAG_BACKOFF)
+        await idle()
         assert insights.resources == {S_KEX: KEX}
         crds.put_nowait({'type': 'DELETED', 'object': crd()})
         await settled()
         served.clear()
-        for _ in range(100):
-            if not insights.resources:
-                break
-            await asyncio.sleep(0.001)
+        clock.advance(observation.MAX_LAG_BACKOFF)
+        await idle()
         assert insights.resources == {}
     assert any("Unresolved resources cannot be served yet: kopfexamples" in m for m in caplog.messages)
     assert "Serving kopfexamples as kopfexamples.v1.kopf.dev." in caplog.messages

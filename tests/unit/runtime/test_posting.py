@@ -8,6 +8,7 @@ import kopf
 from kopf._handlers.loggers import LocalObjectLogger, ObjectLogger
 from kopf._runtime import posting
 from kopf.config import PostingConfig
+from tests.unit.conftest import until
 
 BODY = {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': 'n', 'namespace': 'ns', 'uid': 'u'}}
 
@@ -168,6 +169,6 @@ async def test_poster_sends_and_survives_failures():
     task = asyncio.create_task(posting.poster(queue=queue, post=post))
     for message in ['a', 'bad', 'b']:
         queue.put_nowait(posting.K8sEvent(ref={'name': 'n'}, type='Normal', reason='r', message=message))
-    await asyncio.sleep(0.05)
+    await until(lambda: 'b' in sent)  # the last one: the others are done with
     task.cancel()
     assert sent == ['a', 'b']

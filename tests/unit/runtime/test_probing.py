@@ -9,19 +9,6 @@ import pytest
 from kopf._runtime import probing
 
 
-class Clock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self):
-        return self.now
-
-
-@pytest.fixture()
-def clock():
-    return Clock()
-
-
 @pytest.fixture()
 def calls():
     return []
@@ -35,7 +22,7 @@ def results():
 @pytest.fixture()
 def cache(clock, calls, results):
     async def run():
-        calls.append(clock.now)
+        calls.append(clock.monotonic())
         if isinstance(results, Exception):
             raise results
         return dict(results)
@@ -69,7 +56,7 @@ async def test_not_healthy_while_starting(server, calls):
 
 
 async def test_healthy_with_the_probe_results_while_watching(server, health):
-    watcher = asyncio.create_task(asyncio.sleep(10), name='watcher of pods')
+    watcher = asyncio.create_task(asyncio.Event().wait(), name='watcher of pods')
     health.watching([watcher])
     try:
         assert await get(server.url) == (200, {'now': 'then', 'answer': 42})
@@ -97,11 +84,11 @@ async def test_probe_results_are_cached_for_the_period(server, health, clock, ca
     health.watching([])
     await get(server.url)
     results['answer'] = 43
-    clock.now += 9.9
+    clock.advance(9.75)
     assert (await get(server.url))[1]['answer'] == 42
-    clock.now += 0.1
+    clock.advance(0.25)
     assert (await get(server.url))[1]['answer'] == 43
-    assert calls == [100.0, 110.0]
+    assert calls == [1000.0, 1010.0]
 
 
 async def test_concurrent_requests_share_one_probe_run(health, clock, calls):
@@ -109,7 +96,7 @@ async def test_concurrent_requests_share_one_probe_run(health, clock, calls):
     release = asyncio.Event()
 
     async def slow():
-        calls.append(clock.now)
+        calls.append(clock.monotonic())
         started.set()
         await release.wait()
         return {'slow': True}

@@ -12,6 +12,7 @@ from kopf._runtime import observation, running
 from kopf._structs.namespaces import NamespaceScope
 from kopf._structs.resources import Resource, Selector
 from kopf.config import OperatorConfig
+from tests.unit.conftest import idle, until
 
 
 async def test_login_handlers_provide_the_credentials():
@@ -77,11 +78,16 @@ async def test_startup_handlers_configure_persistence_before_it_freezes(monkeypa
 
 # --- kopf.run_tasks ----------------------------------------------------------------------------
 
+async def forever():
+    """A task that runs until it is cancelled."""
+    await asyncio.Event().wait()
+
+
 async def test_run_tasks_ends_all_tasks_when_the_first_one_ends():
     async def quick():
         return 'done'
 
-    slow = asyncio.create_task(asyncio.sleep(10))
+    slow = asyncio.create_task(forever())
     await kopf.run_tasks([asyncio.create_task(quick()), slow])
     assert slow.cancelled()
 
@@ -90,16 +96,16 @@ async def test_run_tasks_reraises_the_first_failure_after_ending_the_others():
     async def failing():
         raise ValueError('boom')
 
-    slow = asyncio.create_task(asyncio.sleep(10))
+    slow = asyncio.create_task(forever())
     with pytest.raises(ValueError, match='boom'):
         await kopf.run_tasks([asyncio.create_task(failing()), slow])
     assert slow.cancelled()
 
 
 async def test_run_tasks_cancelled_cancels_its_tasks():
-    slow = asyncio.create_task(asyncio.sleep(10))
+    slow = asyncio.create_task(forever())
     runner = asyncio.create_task(kopf.run_tasks([slow]))
-    await asyncio.sleep(0.01)
+    await idle()  # it runs the tasks now
     runner.cancel()
     with pytest.raises(asyncio.CancelledError):
         await runner
@@ -107,7 +113,7 @@ async def test_run_tasks_cancelled_cancels_its_tasks():
 
 
 async def test_run_tasks_leaves_ignored_tasks_alone():
-    other = asyncio.create_task(asyncio.sleep(10))
+    other = asyncio.create_task(forever())
     quick = asyncio.create_task(asyncio.sleep(0))
     await kopf.run_tasks([quick, other], ignored=[other])
     assert not other.done()
@@ -309,9 +315,13 @@ async def test_handlers_of_any_resource_wait_until_every_indexed_listing_is_in(m
     resources = {pods: Resource('', 'v1', 'pods', 'Pod'), kex: Resource('kopf.dev', 'v1', 'kopfexamples', 'KEx')}
     kopf.index('pods', id='pod_names', registry=registry)(lambda name, **_: name)
     seen = []
-    kopf.on.event('kopfexamples', registry=registry)(
-        lambda name, pod_names, **_: seen.append((name, sorted(pod_names.get(None, [])))))
+
+    @kopf.on.event('kopfexamples', registry=registry)
+    async def examples(name, pod_names, **_):  # in the event loop: nothing of it runs while the loop is idle
+        seen.append((name, sorted(pod_names.get(None, []))))
+
     release_pods = asyncio.Event()
+    listed = set()  # the namespaces whose kopfexamples are listed
     stop = asyncio.Event()
 
     async def fake_watch(*, resource, namespace, stop, on_listed, **_):
@@ -322,23 +332,23 @@ async def test_handlers_of_any_resource_wait_until_every_indexed_listing_is_in(m
             yield obj(f'pod-{namespace}')
         else:
             yield obj(f'ex-{namespace}')
+            listed.add(namespace)
         on_listed()
         await stop.wait()
 
     monkeypatch.setattr(running.watching, 'infinite_watch', fake_watch)
     config = OperatorConfig()
     config.batching.exit_timeout = 0.1
+    config.batching.batch_window = 0  # no timer between an event and its handling: only the indexes hold it back
     task = asyncio.create_task(running._watch_all(
         context=None, insights=observation.Insights(resources=resources, namespaces=['ns1', 'ns2']),
         registry=registry, config=config, memo=None, stop=stop, ready_flag=None))
-    await asyncio.sleep(0.1)
+    await until(lambda: listed == {'ns1', 'ns2'})
+    await idle()
     assert seen == []  # the kopfexamples are listed, but the pods are not indexed yet
 
     release_pods.set()
-    for _ in range(50):
-        if len(seen) == 2:
-            break
-        await asyncio.sleep(0.02)
+    await until(lambda: len(seen) == 2)
     stop.set()
     await asyncio.wait_for(task, timeout=5)
     assert sorted(seen) == [('ex-ns1', ['pod-ns1', 'pod-ns2']), ('ex-ns2', ['pod-ns1', 'pod-ns2'])]
@@ -367,7 +377,7 @@ def test_running_the_operator_process_trims_its_memory_when_quiet_until_it_ends(
             steps.append('trimmer ended')
 
     async def operator(**kwargs):
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0)  # the trimmer starts meanwhile
         steps.append('operator ran')
 
     monkeypatch.setattr(running.allocation, 'return_big_buffers', lambda: True)

@@ -1,7 +1,6 @@
 """
 The storage API as operators written for Kopf 1.x use it: their code runs here unchanged.
 """
-import asyncio
 import inspect
 
 import pytest
@@ -10,6 +9,7 @@ import kopf
 from kopf._structs.bodies import Body
 from kopf._structs.ids import HandlerId
 from kopf._structs.patches import Patch
+from tests.unit.conftest import idle
 
 from .conftest import applied
 
@@ -94,7 +94,7 @@ async def test_a_multi_storage_calls_its_children_in_order_even_when_async(body)
 
     class Slow(AsyncMemory):
         async def store(self, *, key, record, body, patch):
-            await asyncio.sleep(0.01)
+            await idle()  # everything else that could run runs meanwhile: a child called concurrently, too
             order.append('slow')
 
     class Quick(AsyncMemory):

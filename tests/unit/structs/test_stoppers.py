@@ -12,6 +12,7 @@ from kopf._structs.stoppers import (
     DaemonStoppingReason,
     SyncDaemonStopperChecker,
 )
+from tests.unit.conftest import idle, until
 
 
 def test_a_new_stopper_is_not_stopped():
@@ -36,13 +37,14 @@ def test_stopping_is_seen_by_every_checker_with_its_reason():
     assert stopper.when is not None
 
 
-def test_reasons_accumulate_and_the_first_stop_time_stays():
-    stopper = DaemonStopper()
+def test_reasons_accumulate_and_the_first_stop_time_stays(clock):
+    stopper = DaemonStopper(clock=clock)
     stopper.set(DaemonStoppingReason.FILTERS_MISMATCH)
     first = stopper.when
+    clock.advance(5)
     stopper.set(DaemonStoppingReason.OPERATOR_EXITING)
     assert stopper.reason == DaemonStoppingReason.FILTERS_MISMATCH | DaemonStoppingReason.OPERATOR_EXITING
-    assert stopper.when == first
+    assert stopper.when == first == clock.monotonic() - 5
 
 
 def test_checkers_are_the_public_types():
@@ -67,17 +69,51 @@ def test_sync_wait_times_out_when_not_stopped():
     assert time.monotonic() - started >= 0.05
 
 
+def waiting_in_threads(stopper):
+    """Whether a thread is blocked in the stopper's wait (its event has a waiter)."""
+    return bool(stopper._event._cond._waiters)
+
+
+def in_another_thread(fn):
+    results = []
+    thread = threading.Thread(target=lambda: results.append(fn()))
+    thread.start()
+    return thread, results
+
+
+def until_in_threads(condition, *, timeout=10.0):
+    """Let other threads run until the condition holds; the timeout only turns a hang into a failure."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "The condition never came true."
+        time.sleep(0)
+
+
 def test_sync_wait_wakes_up_when_stopped_from_another_thread():
     stopper = DaemonStopper()
-    threading.Timer(0.05, stopper.set).start()
+    thread, results = in_another_thread(lambda: stopper.sync_checker.wait(10))
+    until_in_threads(lambda: waiting_in_threads(stopper))
     started = time.monotonic()
-    assert stopper.sync_checker.wait(10) is True
+    stopper.set()
+    thread.join(timeout=5)
+    assert results == [True]
     assert time.monotonic() - started < 5
 
 
-async def test_async_wait_times_out_when_not_stopped():
-    checker = DaemonStopper().async_checker
-    assert await checker.wait(0.02) is False
+async def until_waiting(stopper):
+    """Until an async waiter has registered itself with the stopper."""
+    await until(lambda: stopper._waiters)
+
+
+async def test_async_wait_times_out_when_not_stopped(clock):
+    checker = DaemonStopper(clock=clock).async_checker
+    waiting = asyncio.create_task(checker.wait(0.5))
+    await until(lambda: clock.next_deadline is not None)
+    clock.advance(0.25)
+    await idle()
+    assert not waiting.done()
+    clock.advance(0.25)
+    assert await asyncio.wait_for(waiting, timeout=5) is False
 
 
 async def test_async_wait_returns_at_once_when_already_stopped():
@@ -88,21 +124,26 @@ async def test_async_wait_returns_at_once_when_already_stopped():
 
 async def test_async_wait_wakes_up_when_stopped_in_the_loop():
     stopper = DaemonStopper()
-    asyncio.get_running_loop().call_later(0.02, stopper.set)
-    assert await asyncio.wait_for(stopper.async_checker.wait(), timeout=5) is True
+    waiting = asyncio.create_task(stopper.async_checker.wait())
+    await until_waiting(stopper)
+    stopper.set()
+    assert await asyncio.wait_for(waiting, timeout=5) is True
 
 
 async def test_async_wait_wakes_up_when_stopped_from_a_thread():
     stopper = DaemonStopper()
-    threading.Timer(0.05, stopper.set, args=(DaemonStoppingReason.OPERATOR_EXITING,)).start()
-    assert await asyncio.wait_for(stopper.async_checker.wait(10), timeout=5) is True
+    waiting = asyncio.create_task(stopper.async_checker.wait(10))
+    await until_waiting(stopper)
+    thread, _ = in_another_thread(lambda: stopper.set(DaemonStoppingReason.OPERATOR_EXITING))
+    assert await asyncio.wait_for(waiting, timeout=5) is True
+    thread.join(timeout=5)
     assert stopper.reason == DaemonStoppingReason.OPERATOR_EXITING
 
 
 async def test_a_cancelled_async_wait_leaves_no_waiter_behind():
     stopper = DaemonStopper()
     task = asyncio.create_task(stopper.async_checker.wait())
-    await asyncio.sleep(0.01)
+    await until_waiting(stopper)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -119,7 +160,7 @@ def test_a_waiter_in_another_loop_is_woken_too():
 
     thread = threading.Thread(target=other_loop)
     thread.start()
-    time.sleep(0.05)
+    until_in_threads(lambda: stopper._waiters)
     stopper.set()
     thread.join(timeout=5)
     assert results == [True]

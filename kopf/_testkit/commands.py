@@ -1,7 +1,10 @@
-"""Command line: ``python -m tests.e2e.controlplane {build,up}``.
+"""
+The test kit's command line: ``python -m kopf.testing {build,up}``.
 
-``build`` prints the directory with the built binaries; ``up`` runs a control
-plane in the foreground until Ctrl-C or SIGTERM, for poking at it by hand.
+``build`` finds or builds the binaries of the control plane (e.g. to fill a
+CI cache before the tests) and prints their directory; ``up`` runs a control
+plane in the foreground until Ctrl-C or SIGTERM, for poking at it by hand
+(``KUBECONFIG=... kubectl ...``).
 """
 
 from __future__ import annotations
@@ -13,13 +16,18 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from tests.e2e.controlplane.cluster import ControlPlane, ControlPlaneError, ensure_binaries
+from kopf._testkit import binaries
+from kopf._testkit.controlplane import ControlPlane, ControlPlaneError
 
 
 def _build() -> int:
     """Build (or reuse) the binaries and print where they are."""
-    print(ensure_binaries())
+    print(binaries.ensure(progress=_progress))
     return 0
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 def _up(workdir: Path | None, timeout: float) -> int:
@@ -34,7 +42,7 @@ def _up(workdir: Path | None, timeout: float) -> int:
 
     # While starting, SIGTERM acts like Ctrl-C, so a half-started plane is cleaned up.
     signal.signal(signal.SIGTERM, interrupt)
-    plane = ControlPlane(workdir, start_timeout=timeout)
+    plane = ControlPlane(workdir, start_timeout=timeout, progress=_progress)
     try:
         plane.start()
         signal.signal(signal.SIGINT, request_stop)
@@ -61,7 +69,7 @@ def _up(workdir: Path | None, timeout: float) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and dispatch."""
-    parser = argparse.ArgumentParser(prog="python -m tests.e2e.controlplane", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m kopf.testing", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("build", help="build the binaries and print their directory")
     up = commands.add_parser("up", help="run a control plane until Ctrl-C/SIGTERM")
@@ -77,10 +85,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "build":
             return _build()
         return _up(args.workdir, args.timeout)
-    except ControlPlaneError as exc:
+    except (ControlPlaneError, binaries.BinariesError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

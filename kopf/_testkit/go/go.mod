@@ -1,5 +1,6 @@
-// Builds a local Kubernetes control plane (kube-apiserver + etcd) for the
-// end-to-end tests. See build.sh; the binaries never go into the repository.
+// The local Kubernetes control plane (kube-apiserver + etcd) of kopf's test kit,
+// built from these pinned modules by kopf/_testkit/binaries.py into a cache
+// outside of the package; the binaries are never shipped.
 module kopf.local/controlplane
 
 go 1.24.0

@@ -1,5 +1,5 @@
 // Command etcd is the stock etcd server, built from its Go module so that the
-// end-to-end tests get the same etcd 3.6 line that kube-apiserver expects.
+// test kit's control plane gets the etcd 3.6 line that kube-apiserver expects.
 package main
 
 import (
