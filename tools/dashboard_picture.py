@@ -12,7 +12,9 @@ second; each panel's expression is evaluated over the scraped series by a
 small evaluator of the PromQL that the panels use (selectors with matchers,
 ``rate``/``increase`` over a range, ``sum``/``max``/``min`` ``by``,
 ``histogram_quantile``) -- as Prometheus would over the same samples, but
-without its extrapolation at the edges of a range -- and drawn with
+without its extrapolation to the edges of a range (``increase`` is the
+growth between the first and the last sample in the range, ``rate`` that
+growth per second between them) -- and drawn with
 matplotlib in the dashboard's layout.
 
     python tools/dashboard_picture.py            # the JSON and the picture (needs matplotlib; ~2 minutes)
@@ -109,14 +111,14 @@ PANELS: tuple[Panel, ...] = (
         "From sending an API request to its response's headers."),
     Panel("Watch streams", 'short', (
         _t(f'sum by (resource) (kopf_watch_streams_open{{{SEL}}})', 'open {{resource}}'),
-        _t(f'sum by (reason) (increase(kopf_watch_restarts_total{{{SEL}}}[5m]))', 'restarts {{reason}} (5m)')),
+        _t(f'sum by (reason) (increase(kopf_watch_restarts_total{{{SEL}}}[1m]))', 'restarts {{reason}} (1m)')),
         "Watch requests open now, and restarts by reason."),
     Panel("Watch events", 'ops', (
         _t(f'sum by (type) (rate(kopf_watch_events_total{{{SEL}}}[{RATE}]))', '{{type}}'),),
         "Objects listed and watch events per second, by type."),
     Panel("Daemons and timers", 'short', (
         _t(f'sum by (kind) (kopf_daemons_running{{{SEL}}})', '{{kind}} running'),
-        _t(f'sum by (handler) (increase(kopf_daemon_restarts_total{{{SEL}}}[5m]))', 'restarts {{handler}} (5m)')),
+        _t(f'sum by (handler) (increase(kopf_daemon_restarts_total{{{SEL}}}[1m]))', 'restarts {{handler}} (1m)')),
         "Daemons and timers running, and daemons restarted after failures."),
     Panel("Replicas", 'short', (
         _t(f'sum by (mode) (kopf_replica_leading{{{JOB}}})', 'leading ({{mode}})'),
@@ -325,18 +327,16 @@ class Evaluator:
         return name, matchers
 
     def _rate(self, name: str, matchers: list[tuple[str, str, str]], seconds: float, *, increase: bool) -> Vector:
-        points: dict[Labels, list[tuple[float, float]]] = {}
-        for when, samples in self.series.window(self._when - seconds, self._when):
-            for (n, labels), value in samples.items():
-                if n == name and _matches(labels, matchers):
-                    points.setdefault(labels, []).append((when, value))
+        scrapes = list(self.series.window(self._when - seconds, self._when))
+        keys = {labels for _, samples in scrapes for (n, labels) in samples if n == name and _matches(labels, matchers)}
+        # A counter that is not there yet is 0: prometheus_client shows a labelled child from its first use on.
+        points = {labels: [(when, samples.get((name, labels), 0.0)) for when, samples in scrapes] for labels in keys}
         result: Vector = {}
         for labels, values in points.items():
             if len(values) < 2:
                 continue
             growth = sum(b - a if b >= a else b for (_, a), (_, b) in itertools.pairwise(values))  # b < a: a reset
-            per_second = growth / (values[-1][0] - values[0][0])
-            result[labels] = per_second * seconds if increase else per_second
+            result[labels] = growth if increase else growth / (values[-1][0] - values[0][0])
         return result
 
 
@@ -455,7 +455,7 @@ def run(seconds: float, waves: int, per_wave: int) -> tuple[Series, float, float
         _wait(lambda: _ready(url.replace('/metrics', '/readyz')), 60)
         began = time.monotonic()
         created = 0
-        next_wave = began + 5
+        next_wave = began + 20  # a rate's window of scrapes before the first wave
         while time.monotonic() - began < seconds:
             now = time.monotonic()
             series.add(now, scrape(url))
@@ -465,7 +465,7 @@ def run(seconds: float, waves: int, per_wave: int) -> tuple[Series, float, float
                         'apiVersion': 'v1', 'kind': 'ConfigMap',
                         'metadata': {'name': f'cm-{created:04d}', 'labels': {'e2e': 'observed'}}})
                     created += 1
-                next_wave = now + (seconds - 30) / waves
+                next_wave = now + (seconds - 45) / waves
             time.sleep(max(0.0, 1.0 - (time.monotonic() - now)))
         return series, began, time.monotonic()
     finally:
@@ -545,7 +545,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0] if __doc__ else None)
     parser.add_argument('--json', action='store_true', help="only write the dashboard's JSON")
     parser.add_argument('--check', action='store_true', help="fail if the JSON is not the one the panels make")
-    parser.add_argument('--seconds', type=float, default=150)
+    parser.add_argument('--seconds', type=float, default=170)
     parser.add_argument('--waves', type=int, default=6)
     parser.add_argument('--per-wave', type=int, default=50)
     args = parser.parse_args(argv)
