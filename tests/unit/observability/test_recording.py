@@ -87,3 +87,20 @@ async def test_another_context_has_its_own_recorder():
 
 async def _current() -> Recorder:
     return recording.current()
+
+
+def test_the_null_recorder_keeps_nothing_of_its_calls():
+    import tracemalloc
+    _everything(NULL)  # anything lazily made once is made now
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        for _ in range(1000):
+            _everything(NULL)
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    mine = [tracemalloc.Filter(True, recording.__file__)]
+    grown = [stat for stat in after.filter_traces(mine).compare_to(before.filter_traces(mine), 'lineno')
+             if stat.size_diff > 0]
+    assert grown == []
