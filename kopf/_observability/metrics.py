@@ -134,6 +134,9 @@ class MetricsRecorder(Recorder):
         self._handlers: dict[tuple[ResourceKey | None, str, str], _HandlerInstruments] = {}
         self._resources: dict[ResourceKey, str] = {}
         self._patches: dict[tuple[ResourceKey, str], Any] = {}
+        self._sizes: dict[ResourceKey, Any] = {}
+        self._cycles: dict[tuple[ResourceKey, str], tuple[Any, Any]] = {}
+        self._requests: dict[tuple[str, str, str], tuple[Any, Any]] = {}
 
     def label(self, resource: ResourceKey | None) -> str:
         if resource is None:
@@ -160,7 +163,10 @@ class MetricsRecorder(Recorder):
 
     def patched(self, resource: ResourceKey, patch: Mapping[str, Any]) -> None:
         self._patch_outcome(resource, 'sent').inc()
-        self.patch_size.labels(self.label(resource)).observe(_size(patch))
+        child = self._sizes.get(resource)
+        if child is None:
+            child = self._sizes[resource] = self.patch_size.labels(self.label(resource))
+        child.observe(_size(patch))
 
     def patch_refused(self, resource: ResourceKey, outcome: str) -> None:
         self._patch_outcome(resource, outcome).inc()
@@ -207,9 +213,21 @@ class MetricsRecorder(Recorder):
 
     def _requested(self, method: str, url: str, code: str, seconds: float | None) -> None:
         verb, resource = labels.request_labels(method, url)
-        self.api_requests.labels(verb, resource, code).inc()
+        children = self._requests.get((verb, resource, code))
+        if children is None:
+            children = self._requests[verb, resource, code] = (self.api_requests.labels(verb, resource, code),
+                                                               self.api_duration.labels(verb, resource))
+        children[0].inc()
         if seconds is not None:
-            self.api_duration.labels(verb, resource).observe(seconds)
+            children[1].observe(seconds)
+
+    def _cycle_children(self, resource: ResourceKey, cause: str) -> tuple[Any, Any]:
+        children = self._cycles.get((resource, cause))
+        if children is None:
+            label = self.label(resource)
+            children = self._cycles[resource, cause] = (self.cycles.labels(label, cause),
+                                                        self.cycle_duration.labels(label, cause))
+        return children
 
     def api_retry(self, method: str, url: str, *, throttled: bool, delay: float) -> None:
         verb, resource = labels.request_labels(method, url)
@@ -264,9 +282,9 @@ class _Cycle(CycleScope):
         if self._token is not None:
             _cycle.reset(self._token)
         recorder = self._recorder
-        label = recorder.label(self.resource)
-        recorder.cycles.labels(label, self.cause).inc()
-        recorder.cycle_duration.labels(label, self.cause).observe(recorder.clock.monotonic() - self._started)
+        count, duration = recorder._cycle_children(self.resource, self.cause)
+        count.inc()
+        duration.observe(recorder.clock.monotonic() - self._started)
 
 
 class _Request(RequestScope):
