@@ -136,6 +136,7 @@ class Options:
     c_allocator: bool = False  # ours with CPython's C allocator (PYTHONMALLOC=malloc), the documented opt-in
     metrics: str | None = None  # also run ours with ``--metrics URL``, as "metrics" (scraped every few seconds)
     scrape_interval: float = 10.0
+    concurrent: bool = False  # the frameworks of a round run at the same time, under the same load
 
 
 @dataclasses.dataclass(frozen=True)
@@ -739,15 +740,19 @@ async def benchmark(plane: ControlPlane, options: Options, *,
         with _logs_dir(options, keep=lambda: bool(failures)) as logs:
             report(f"Operator logs: {logs}")
             for round_ in range(1, options.rounds + 1):
-                for name in fws:
-                    try:
-                        result = await one_run(api, plane, fws[name], round_=round_, options=options, logs=logs)
-                    except BenchmarkError as e:
-                        failures.append(f"round {round_} {name}: {e}")
-                        report(f"round {round_} {name:<5} FAILED: {e}")
-                        continue
-                    results.append(result)
-                    report(format_run(result))
+                batches = [list(fws)] if options.concurrent else [[name] for name in fws]
+                for batch in batches:
+                    outcomes = await asyncio.gather(*(one_run(api, plane, fws[name], round_=round_, options=options,
+                                                              logs=logs) for name in batch), return_exceptions=True)
+                    for name, outcome in zip(batch, outcomes):
+                        if isinstance(outcome, BenchmarkError):
+                            failures.append(f"round {round_} {name}: {outcome}")
+                            report(f"round {round_} {name:<5} FAILED: {outcome}")
+                        elif isinstance(outcome, BaseException):
+                            raise outcome
+                        else:
+                            results.append(outcome)
+                            report(format_run(outcome))
     finally:
         await api.close()
     for failure in failures:
@@ -820,6 +825,9 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
                         help="also run ours with --metrics URL (e.g. http://127.0.0.1:9464/metrics), as 'metrics', "
                              "scraped every --scrape-interval seconds")
     parser.add_argument('--scrape-interval', type=float, default=Options.scrape_interval)
+    parser.add_argument('--concurrent', action='store_true',
+                        help="run the frameworks of a round at the same time (each in its namespace), so that a "
+                             "busy machine loads them alike; only the per-process figures (CPU, memory) hold then")
     parser.add_argument('--baseline', type=Path,
                         help="also run the kopf package of this source tree, as 'base' (e.g. before a change)")
     args = parser.parse_args(argv)
@@ -834,7 +842,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
                    quiet_window=args.quiet_window, stall_timeout=args.stall_timeout, json_path=args.json,
                    logs=args.logs, ours=args.ours.resolve(),
                    baseline=args.baseline.resolve() if args.baseline else None, c_allocator=args.c_allocator,
-                   metrics=args.metrics, scrape_interval=args.scrape_interval)
+                   metrics=args.metrics, scrape_interval=args.scrape_interval, concurrent=args.concurrent)
 
 
 async def _main(options: Options) -> list[RunResult]:
