@@ -58,9 +58,11 @@ if str(REPO) not in sys.path:  # for ``python benchmarks/reconciliation.py``
     sys.path.insert(0, str(REPO))
 
 from benchmarks import apimetrics, procstats, sidebyside  # noqa: E402
+from kopf.testing import (
+    ControlPlane,
+    KubeAPI,
+)
 from tests.e2e import peers  # noqa: E402
-from kopf.testing import ControlPlane  # noqa: E402
-from kopf.testing import KubeAPI  # noqa: E402
 
 EXAMPLE = REPO / 'examples' / '10-reconciliation'
 CRD = yaml.safe_load((REPO / 'examples' / 'crd.yaml').read_text())

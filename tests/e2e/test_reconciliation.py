@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from kopf._replicas import ownership
-from tests.e2e.harness import OPERATORS, OperatorProcess, kopf_run, read_calls
 from kopf.testing import KubeAPI
+from tests.e2e.harness import OPERATORS, OperatorProcess, kopf_run, read_calls
 
 GROUP, VERSION, PLURAL, KIND = 'reconcile.e2e.kopf.dev', 'v1', 'shelves', 'Shelf'
 CRD: dict[str, Any] = {
