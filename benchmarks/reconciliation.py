@@ -58,10 +58,7 @@ if str(REPO) not in sys.path:  # for ``python benchmarks/reconciliation.py``
     sys.path.insert(0, str(REPO))
 
 from benchmarks import apimetrics, procstats, sidebyside  # noqa: E402
-from kopf.testing import (
-    ControlPlane,
-    KubeAPI,
-)
+from kopf.testing import ControlPlane, KubeAPI  # noqa: E402
 from tests.e2e import peers  # noqa: E402
 
 EXAMPLE = REPO / 'examples' / '10-reconciliation'

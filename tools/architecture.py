@@ -31,7 +31,8 @@ BOX_WIDTH, BOX_HEIGHT, GAP_X, GAP_Y, MARGIN = 150, 34, 24, 46, 20
 
 # What each package is, in a few words, under its name in the picture.
 ROLES = {
-    'testing': 'KopfRunner, test kit', '_testkit': 'control plane, cycles', '__main__': 'python -m kopf', 'cli': 'kopf run, inspect, ...', 'on': 'decorators',
+    'testing': 'KopfRunner, test kit', '_testkit': 'control plane, cycles', '__main__': 'python -m kopf',
+    'cli': 'kopf run, inspect, ...', 'on': 'decorators',
     'typed': 'typed resources', '_manifests': 'CRDs, RBAC, Deployment', '_typed': 'models, CRD schemas',
     '_tools': 'inspect, migrate', '_runtime': 'wiring, activities', '_daemons': 'daemons, timers',
     '_indexing': 'in-memory indexes', '_reconciliation': 'level-based handlers', '_replicas': 'HA, shards, fences',
