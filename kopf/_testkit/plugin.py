@@ -114,10 +114,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         message = (f"An operator started by {leaked.test or 'no test (a session fixture?)'} was still running at "
                    f"the end of the session; it is stopped now. Stop it in the test (leave the `with` block of "
                    f"the KopfRunner), or use the kopf_operator fixture, which stops it.")
-        warnings.warn(KopfTestWarning(message), stacklevel=1)
-        reporter = session.config.pluginmanager.getplugin('terminalreporter')
-        if reporter is not None:
-            reporter.write_line(f"WARNING: {message}", yellow=True)
+        warnings.warn(KopfTestWarning(message), stacklevel=1)  # in the session's summary of warnings
         leaked.stop()
     if not _is_xdist_worker():
         _stop_shared(_shared_dir(session.config))
