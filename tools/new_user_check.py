@@ -42,13 +42,13 @@ CONFIGMAP = {'apiVersion': 'v1', 'kind': 'ConfigMap',
 
 
 def test_in_memory():
-    cycle = Simulation(CONFIGMAP, registry=load_operator('operator.py')).cycle()
+    cycle = Simulation(CONFIGMAP, registry=load_operator('my_operator.py')).cycle()
     assert cycle.called == ['greet']
     assert cycle.patch['metadata']['annotations']['greeting'] == 'hello, cm'
 
 
 def test_on_a_server(kopf_cluster, kopf_namespace, kopf_operator):
-    operator = kopf_operator('operator.py')
+    operator = kopf_operator('my_operator.py')
     created = kopf_cluster.create(CONFIGMAP, namespace=kopf_namespace)
     handled = operator.wait_until_handled(created)
     assert handled['metadata']['annotations']['greeting'] == 'hello, cm'
@@ -77,8 +77,8 @@ def main() -> int:
         step("a fresh virtualenv", [sys.executable, '-m', 'venv', str(venv)])
         step("installing kopf[testing]", [str(venv / 'bin' / 'pip'), 'install', '--quiet', f'{wheel}[testing]'])
         project.mkdir()
-        (project / 'operator.py').write_text(textwrap.dedent(OPERATOR))
-        (project / 'test_operator.py').write_text(textwrap.dedent(TESTS))
+        (project / 'my_operator.py').write_text(textwrap.dedent(OPERATOR))
+        (project / 'test_my_operator.py').write_text(textwrap.dedent(TESTS))
         # The user's environment, minus whatever would point at this repository or another cluster.
         env = {key: value for key, value in os.environ.items()
                if key not in ('PYTHONPATH', 'KUBECONFIG', 'KOPF_TEST_KUBECONFIG', 'VIRTUAL_ENV')}

@@ -116,7 +116,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                    f"the KopfRunner), or use the kopf_operator fixture, which stops it.")
         warnings.warn(KopfTestWarning(message), stacklevel=1)  # in the session's summary of warnings
         leaked.stop()
-    if not _is_xdist_worker():
+    if not _is_xdist_worker() and session.config.pluginmanager.has_plugin('dsession'):  # xdist's main process
         _stop_shared(_shared_dir(session.config))
 
 

@@ -34,13 +34,13 @@ CONFIGMAP = {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': 'cm'}
 def run_pytest(directory: Path, tests: str, *args: str, env: dict[str, str] | None = None,
                timeout: float = 120, autoload: bool = False) -> subprocess.CompletedProcess[str]:
     """
-    A user's test session: ``operator.py`` and ``test_it.py`` in a directory of their own.
+    A user's test session: ``my_operator.py`` and ``test_it.py`` in a directory of their own.
 
     Unless ``autoload``, only our plugin is loaded (``-p kopf.testing``): the
     others installed here only cost their import time.
     """
     (directory / 'pytest.ini').write_text("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
-    (directory / 'operator.py').write_text(OPERATOR)
+    (directory / 'my_operator.py').write_text(OPERATOR)
     (directory / 'test_it.py').write_text(textwrap.dedent(tests))
     plugins = [] if autoload else ['-p', 'kopf.testing']
     env = {**os.environ, **({} if autoload else {'PYTEST_DISABLE_PLUGIN_AUTOLOAD': '1'}), **(env or {})}
@@ -58,7 +58,7 @@ def test_the_fixtures_run_the_operator_in_the_test_against_a_given_cluster(kubec
 
         def test_handled(kopf_cluster, kopf_api, kopf_namespace, kopf_operator):
             assert kopf_cluster.control_plane is None  # the given cluster, no local one
-            operator = kopf_operator('operator.py')
+            operator = kopf_operator('my_operator.py')
             created = kopf_cluster.create(CONFIGMAP, namespace=kopf_namespace)
             handled = operator.wait_until_handled(created)
             assert handled['metadata']['annotations']['seen'] == 'v'
@@ -87,7 +87,7 @@ def test_the_kubeconfig_comes_from_the_environment_too(kubeconfig, tmp_path):
 def test_a_failing_test_shows_the_log_of_its_operator(kubeconfig, tmp_path):
     result = run_pytest(tmp_path, f'''
         def test_fails(kopf_cluster, kopf_namespace, kopf_operator):
-            operator = kopf_operator('operator.py')
+            operator = kopf_operator('my_operator.py')
             operator.wait_until_handled(kopf_cluster.create({CONFIGMAP!r}, namespace=kopf_namespace))
             assert False, "the test's own failure"
     ''', env={'KOPF_TEST_KUBECONFIG': str(kubeconfig)})
@@ -102,7 +102,7 @@ def test_a_runner_left_running_is_stopped_with_a_warning_naming_the_test(kubecon
         from kopf.testing import KopfRunner
 
         def test_leaky(kopf_namespace):
-            runner = KopfRunner(['run', 'operator.py', '-n', kopf_namespace], ready_timeout=30,
+            runner = KopfRunner(['run', 'my_operator.py', '-n', kopf_namespace], ready_timeout=30,
                                 env={{'KUBECONFIG': {str(kubeconfig)!r}}})
             runner.__enter__()  # and never left
             assert runner.ready
