@@ -61,6 +61,8 @@ class OperatorInTest:
         self.kubeconfig = kubeconfig
         scope = ['-n', namespace] if namespace else ['--all-namespaces']
         argv = ['run', *map(str, targets), *[f'--module={module}' for module in modules], *scope, *args]
+        root = logging.getLogger()
+        self._logging = (list(root.handlers), root.level)  # `kopf run` sets up logging its way: undone at the stop
         self._records: list[str] = []
         self._handler = _Collector(self._records)
         self._handler.setFormatter(logging.Formatter(FORMAT))
@@ -115,7 +117,11 @@ class OperatorInTest:
         try:
             self.runner.__exit__(None, None, None)
         finally:
-            logging.getLogger().removeHandler(self._handler)
+            root = logging.getLogger()
+            handlers, level = self._logging
+            for handler in [handler for handler in root.handlers if handler not in handlers]:
+                root.removeHandler(handler)
+            root.setLevel(level)
             set_default_registry(self._previous)
         exception = self.runner.exception
         if exception is not None and not (isinstance(exception, SystemExit) and not exception.code):

@@ -131,6 +131,40 @@ def test_a_control_plane_that_fails_to_start_shows_its_last_log_lines(tmp_path):
     assert "etcd: the disk is on fire" in result.stdout
 
 
+FAKE_GO = """#!/bin/sh
+case "$1 $2" in
+  "env GOOS") echo linux;;
+  "env GOARCH") echo amd64;;
+  "env GOVERSION") echo go1.24.2;;
+  "list -m") echo v1.33.0;;
+  "list -deps") echo "go: downloading example.com/a" >&2; echo a; echo b;;
+  "build -v") echo "example.com/a" >&2; echo "cmd/etcd: the compiler has run out of patience" >&2; exit 2;;
+esac
+"""
+
+
+def test_a_first_build_shows_its_progress_and_a_failing_one_its_last_lines(tmp_path):
+    fake = tmp_path / 'fake-go'
+    fake.mkdir()
+    (fake / 'go').write_text(FAKE_GO)
+    (fake / 'go').chmod(0o755)
+    session = tmp_path / 'session'
+    session.mkdir()
+    env = {'PATH': f'{fake}:/usr/bin:/bin', 'KOPF_CONTROLPLANE_CACHE': str(tmp_path / 'empty-cache'),
+           'KOPF_CONTROLPLANE_BIN': '', 'KUBEBUILDER_ASSETS': ''}
+    result = run_pytest(session, '''
+        def test_needs_a_server(kopf_namespace):
+            pass
+    ''', env=env)
+    assert result.returncode == 1, output_of(result)
+    # Shown as it goes, despite the capture: before the report of the failure, not only in it.
+    assert 0 <= result.stdout.find("kopf: Building kube-apiserver and etcd with Go once") < \
+           result.stdout.find("= ERRORS ="), output_of(result)
+    assert "kopf: Compiling etcd: 2 packages ..." in result.stdout
+    assert "Building etcd with" in result.stdout and "failed (exit code 2); the last lines:" in result.stdout
+    assert "cmd/etcd: the compiler has run out of patience" in result.stdout
+
+
 def test_without_binaries_and_without_go_one_line_says_what_to_do(tmp_path):
     session = tmp_path / 'session'
     session.mkdir()
@@ -169,3 +203,18 @@ def test_xdist_workers_share_one_control_plane_with_a_namespace_per_test(tmp_pat
     port = int(seen[0]['server'].rsplit(':', 1)[1])
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(('127.0.0.1', port), timeout=5).close()
+
+
+def test_the_operator_leaves_the_logging_of_the_test_process_as_it_was(kubeconfig, tmp_path):
+    result = run_pytest(tmp_path, '''
+        import logging
+
+        def test_logging(kopf_operator):
+            root = logging.getLogger()
+            before = (list(root.handlers), root.level)
+            operator = kopf_operator('my_operator.py')  # `kopf run --verbose` sets up logging its way
+            assert root.level == logging.DEBUG
+            operator.stop()
+            assert (list(root.handlers), root.level) == before
+    ''', env={'KOPF_TEST_KUBECONFIG': str(kubeconfig)})
+    assert result.returncode == 0, output_of(result)
