@@ -19,6 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from kopf._testkit import processes
+from kopf.testing import ControlPlane, KubeAPI
+
 OPERATOR = '''
 import kopf
 
@@ -218,3 +221,25 @@ def test_the_operator_leaves_the_logging_of_the_test_process_as_it_was(kubeconfi
             assert (list(root.handlers), root.level) == before
     ''', env={'KOPF_TEST_KUBECONFIG': str(kubeconfig)})
     assert result.returncode == 0, output_of(result)
+
+
+def test_a_port_taken_by_someone_else_is_given_up_for_other_free_ones(monkeypatch):
+    taken = socket.socket()
+    taken.bind(('127.0.0.1', 0))
+    taken.listen()
+    picks: list[list[int]] = []
+    real = processes.free_ports
+
+    def clashing(count: int) -> list[int]:
+        ports = real(count)
+        picks.append([taken.getsockname()[1], *ports[1:]] if not picks else ports)  # etcd's port: taken at first
+        return picks[-1]
+
+    monkeypatch.setattr(processes, 'free_ports', clashing)
+    try:
+        with ControlPlane() as plane:
+            assert len(picks) == 2
+            assert plane.etcd_url.endswith(f":{picks[1][0]}")
+            assert KubeAPI(plane).get('/api/v1/namespaces/default')['metadata']['name'] == 'default'
+    finally:
+        taken.close()
