@@ -20,6 +20,8 @@ from kopf._handlers.registries import OperatorRegistry
 from kopf._testkit import tracking
 from kopf.config import OperatorConfig
 
+LEAKED_STOP_TIMEOUT = 30.0
+
 
 class KopfRunner:
     """Runs ``kopf`` CLI commands in a thread (see the module docstring)."""
@@ -75,7 +77,7 @@ class KopfRunner:
         """Stop a runner that its test has left running (the pytest plugin does it at the end of the session)."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=self.timeout)
+            self._thread.join(timeout=self.timeout or LEAKED_STOP_TIMEOUT)  # a daemon thread: not waited for longer
 
     def _target(self) -> None:
         runner = click.testing.CliRunner()
