@@ -78,18 +78,10 @@ def test_the_fixtures_run_the_operator_in_the_test_against_a_given_cluster(kubec
     assert found is None or found['metadata'].get('deletionTimestamp')
 
 
-def test_the_kubeconfig_comes_from_the_environment_too(kubeconfig, tmp_path):
-    result = run_pytest(tmp_path, '''
-        def test_given(kopf_cluster, kopf_kubeconfig):
-            assert kopf_cluster.control_plane is None
-            assert str(kopf_kubeconfig).endswith('kubeconfig')
-    ''', env={'KOPF_TEST_KUBECONFIG': str(kubeconfig)})
-    assert result.returncode == 0, output_of(result)
-
-
 def test_a_failing_test_shows_the_log_of_its_operator(kubeconfig, tmp_path):
     result = run_pytest(tmp_path, f'''
         def test_fails(kopf_cluster, kopf_namespace, kopf_operator):
+            assert kopf_cluster.control_plane is None  # the cluster of $KOPF_TEST_KUBECONFIG
             operator = kopf_operator('my_operator.py')
             operator.wait_until_handled(kopf_cluster.create({CONFIGMAP!r}, namespace=kopf_namespace))
             assert False, "the test's own failure"
