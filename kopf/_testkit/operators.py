@@ -125,7 +125,9 @@ class OperatorInTest:
             set_default_registry(self._previous)
         exception = self.runner.exception
         if exception is not None and not (isinstance(exception, SystemExit) and not exception.code):
-            raise AssertionError(f"The operator has failed: {exception!r}\n{self.tail()}") from exception
+            said = '\n'.join(self.runner.output.splitlines()[-20:])  # e.g. the command's own error message
+            raise AssertionError(f"The operator has failed ({exception!r}); `kopf run` says:\n{said}\n"
+                                 f"{self.tail()}") from None
 
     def __enter__(self) -> OperatorInTest:
         return self

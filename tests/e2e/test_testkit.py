@@ -235,3 +235,13 @@ def test_a_port_taken_by_someone_else_is_given_up_for_other_free_ones(monkeypatc
             assert KubeAPI(plane).get('/api/v1/namespaces/default')['metadata']['name'] == 'default'
     finally:
         taken.close()
+
+
+def test_an_operator_that_cannot_start_fails_the_test_with_the_reason(kubeconfig, tmp_path):
+    result = run_pytest(tmp_path, '''
+        def test_broken(kopf_operator):
+            kopf_operator('no_such_operator.py')
+    ''', env={'KOPF_TEST_KUBECONFIG': str(kubeconfig)})
+    assert result.returncode == 1, output_of(result)
+    assert "The operator has failed" in result.stdout
+    assert "Error: The operator file 'no_such_operator.py' does not exist" in result.stdout, output_of(result)
