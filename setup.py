@@ -8,7 +8,11 @@ setup(
     packages=find_packages(include=['kopf', 'kopf.*']),
     # The Go sources of the test kit's control plane: it is built from them on the user's machine, once.
     package_data={'kopf': ['py.typed'], 'kopf._testkit': ['go/go.mod', 'go/go.sum', 'go/cmd/*/*.go']},
-    entry_points={'console_scripts': ['kopf = kopf.cli:console']},
+    entry_points={
+        'console_scripts': ['kopf = kopf.cli:console'],
+        # The test kit's pytest plugin: its fixtures are there wherever kopf is installed (see docs/testing.rst).
+        'pytest11': ['kopf.testing = kopf.testing'],
+    },
     install_requires=[
         'aiohttp',
         'pykube-ng',

@@ -68,6 +68,18 @@ MAX_RESULT_DEPTH = 100
 attempted: contextvars.ContextVar[list[HandlerId] | None] = contextvars.ContextVar('kopf.attempted', default=None)
 
 
+class Observer(Protocol):
+    """Who watches the handlers of a cycle run in memory (the test kit): every call, and every outcome."""
+
+    def called(self, handler: BaseHandler, kwargs: Mapping[str, Any]) -> None: ...
+
+    def judged(self, handler: BaseHandler, outcome: HandlerOutcome) -> None: ...
+
+
+# Set only by the test kit around a cycle it runs; nobody observes a running operator.
+observer: contextvars.ContextVar[Observer | None] = contextvars.ContextVar('kopf.observer', default=None)
+
+
 class ResultError(Exception):
     """A handler's result cannot be stored: not a JSON value, or too large. Its message says why."""
 
@@ -180,7 +192,11 @@ async def run_changing(
     if trail is not None:
         trail.append(handler.id)
 
+    watcher = observer.get()
+
     async def call() -> Any:
+        if watcher is not None:
+            watcher.called(handler, kwargs)
         token = subhandling.subhandling_context.set(context)
         try:
             result = await invocation.invoke(handler.fn, kwargs=kwargs, executor=executor, stopwatch=stopwatch)
@@ -194,7 +210,10 @@ async def run_changing(
     with recording.current().handler(resource, cause.reason.value if cause else '', handler.id) as call_scope:
         outcome = await attempt(handler, past, call=call, logger=logger, default_backoff=default_backoff)
         call_scope.ended(final=outcome.final, error=outcome.exception)
-    return dataclasses.replace(outcome, subrefs=frozenset(context.executed))
+    outcome = dataclasses.replace(outcome, subrefs=frozenset(context.executed))
+    if watcher is not None:
+        watcher.judged(handler, outcome)
+    return outcome
 
 
 def _sub_selector(parent: Arguments, *, logger: Logger) -> subhandling.SubSelector:
@@ -229,12 +248,20 @@ async def run_watching(
         logger: Logger,
 ) -> None:
     """An event handler: one call, no state, no retries; its errors are only logged."""
+    kwargs = arguments.for_handler(handler).render()
+    watcher = observer.get()
+    if watcher is not None:
+        watcher.called(handler, kwargs)
     try:
-        await invocation.invoke(handler.fn, kwargs=arguments.for_handler(handler).render(), executor=executor)
-    except Exception:
+        await invocation.invoke(handler.fn, kwargs=kwargs, executor=executor)
+    except Exception as e:
         logger.exception("%s has failed; event handlers are not retried.", handler)
+        if watcher is not None:
+            watcher.judged(handler, HandlerOutcome(final=True, exception=e))
     else:
         logger.info("%s succeeded.", handler)  # as Kopf logs it, for every event
+        if watcher is not None:
+            watcher.judged(handler, HandlerOutcome(final=True))
 
 
 def _exhausted(
