@@ -71,11 +71,15 @@ def configmap(name: str, label: str = 'observed') -> dict[str, Any]:
 
 
 class Scripted:
-    """Faults at known moments: the first listing of ConfigMaps hangs, the first watch is cut, the first PATCH 409s."""
+    """
+    Faults at known moments: the first watch is cut, the first PATCH 409s, and the listings of ConfigMaps
+    fail until ``released`` is set -- the first one hangs until the client gives up, the next ones answer 500.
+    """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.done: set[str] = set()
+        self.released = threading.Event()
 
     def once(self, what: str) -> bool:
         with self.lock:
@@ -86,8 +90,9 @@ class Scripted:
     def __call__(self, request: Request) -> Fault | None:
         if not request.path.endswith('/configmaps') and '/configmaps/' not in request.path:
             return None
-        if request.method == 'GET' and not request.is_watch and self.once('list'):
-            return Fault('blackhole')  # the client gives up after its request timeout, and lists again
+        if request.method == 'GET' and not request.is_watch and not self.released.is_set():
+            # The client gives up after its request timeout, retries, and then reconnects, until released.
+            return Fault('blackhole') if self.once('list') else Fault('status', 500)
         if request.is_watch and self.once('watch'):
             return Fault('cut', after=1.0)
         if request.method == 'PATCH' and self.once('patch'):
@@ -112,7 +117,8 @@ def started(kubeconfig: Path, namespace: str, tmp_path: Path):
 
 def test_metrics_match_what_happened_and_readiness_waits_for_the_listing(
         kube: KubeAPI, control_plane, namespace: str, tmp_path: Path, started) -> None:
-    proxy = FaultProxy(control_plane, tmp_path / 'proxy', policy=Scripted()).start()
+    script = Scripted()
+    proxy = FaultProxy(control_plane, tmp_path / 'proxy', policy=script).start()
     collection = f'/api/v1/namespaces/{namespace}/configmaps'
     calls = tmp_path / 'calls.jsonl'
     port = free_port()
@@ -123,16 +129,26 @@ def test_metrics_match_what_happened_and_readiness_waits_for_the_listing(
         operator = started('observed.py', '--liveness', f'{base}/healthz', '--metrics', f'{base}/metrics',
                            kubeconfig=proxy.kubeconfig, E2E_CALLS=str(calls), E2E_REQUEST_TIMEOUT='2')
 
-        # Ready only after the initial listing, which the proxy holds for a request timeout; alive meanwhile.
-        first = operator.wait(lambda: get(f'{base}/readyz'), what="the readiness endpoint answering")
+        # Ready only after the initial listing, which the proxy holds until released; alive meanwhile.
+        def readiness_answer() -> tuple[int, str] | None:
+            answer = get(f'{base}/readyz')
+            return answer if answer is not None and answer[0] != 404 else None  # 404: not routed yet, at the start
+
+        first = operator.wait(readiness_answer, what="the readiness endpoint answering")
         assert first[0] == 503, first
         assert json.loads(first[1])['ready'] is False
-        operator.wait(lambda: proxy.figures().get('GET blackhole'), what="the first listing held")
+        operator.wait(lambda: proxy.figures().get('GET 500'), what="the listing failing after the first one hung")
         assert get(f'{base}/healthz') == (200, '{}')
         assert get(f'{base}/readyz')[0] == 503  # the listing is still held
+        script.released.set()
         operator.wait(lambda: get(f'{base}/readyz') == (200, '{"ready": true}'), what="ready after the listing")
         held = scrape(f'{base}/metrics')
-        assert value(held, 'kopf_api_retries_total', verb='LIST', resource='configmaps', reason='error') == 1
+        failed = proxy.figures()
+        assert failed.get('GET blackhole') == 1
+        assert value(held, 'kopf_api_requests_total', verb='LIST', resource='configmaps', code='500') == \
+            failed['GET 500']  # every answered attempt, counted by its code
+        assert value(held, 'kopf_api_requests_total', verb='LIST', resource='configmaps', code='error') == 1  # hung
+        assert value(held, 'kopf_api_retries_total', verb='LIST', resource='configmaps', reason='error') >= 1
         assert value(held, 'kopf_ready') == 1
 
         for name in ('watched-1', 'watched-2'):
