@@ -129,6 +129,8 @@ async def _serve(
                                         example='http://0.0.0.0:8080/readyz')
         what = f"the readiness endpoint {readiness_endpoint}"
     elif liveness is not None:
+        if serving.READINESS_PATH in liveness.routes:
+            return  # served there since the start (:func:`serve_readiness_beside`)
         address = serving.Address(liveness.host, liveness.port, serving.READINESS_PATH)
         what = f"the readiness endpoint beside the liveness one ({serving.READINESS_PATH})"
     elif metrics_address is not None:
@@ -139,6 +141,13 @@ async def _serve(
     url = await servers.serve(address, serving.readiness_handler(readiness.problem), what=what, option='--readiness')
     logger.info("Serving the readiness endpoint at %s.", url)
 
+
+
+def serve_readiness_beside(liveness: serving.EndpointServer, readiness: Readiness) -> None:
+    """Serve ``/readyz`` on the liveness endpoint's server, as soon as it runs (before the startup handlers)."""
+    if serving.READINESS_PATH not in liveness.routes:
+        liveness.route(serving.READINESS_PATH, serving.readiness_handler(readiness.problem))
+        logger.info("Serving the readiness endpoint at %s.", liveness.url_of(serving.READINESS_PATH))
 
 
 def _render(registry: Any, accept: str) -> tuple[bytes, str]:

@@ -264,6 +264,9 @@ async def _serve(
                                                    config=config, memo=memo, indexes=indexes)
         except probing.LivenessError as e:
             raise OperatorError(str(e)) from e
+        if liveness is not None and readiness_endpoint is None:
+            # Beside liveness from the very start: "not ready" while starting, never a 404 for the probes.
+            observing.serve_readiness_beside(liveness, readiness)
         stopper = asyncio.create_task(_relay_stop_flag(stop_flag, stop)) if stop_flag is not None else None
         try:
             await activities.run_activity(registry=registry, activity=Activity.STARTUP, config=config,

@@ -130,12 +130,8 @@ def test_metrics_match_what_happened_and_readiness_waits_for_the_listing(
                            kubeconfig=proxy.kubeconfig, E2E_CALLS=str(calls), E2E_REQUEST_TIMEOUT='2')
 
         # Ready only after the initial listing, which the proxy holds until released; alive meanwhile.
-        def readiness_answer() -> tuple[int, str] | None:
-            answer = get(f'{base}/readyz')
-            return answer if answer is not None and answer[0] != 404 else None  # 404: not routed yet, at the start
-
-        first = operator.wait(readiness_answer, what="the readiness endpoint answering")
-        assert first[0] == 503, first
+        first = operator.wait(lambda: get(f'{base}/readyz'), what="the readiness endpoint answering")
+        assert first[0] == 503, first  # from the start: served with the liveness endpoint, never a 404
         assert json.loads(first[1])['ready'] is False
         operator.wait(lambda: proxy.figures().get('GET 500'), what="the listing failing after the first one hung")
         assert get(f'{base}/healthz') == (200, '{}')

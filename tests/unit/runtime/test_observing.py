@@ -50,6 +50,25 @@ async def test_metrics_and_readiness_share_the_liveness_port(clock):
         await liveness.stop()
 
 
+async def test_readiness_is_served_beside_liveness_from_the_start_and_observing_keeps_it():
+    config = OperatorConfig()
+    config.tracing.enabled = False
+    readiness = Readiness()
+    liveness = probing.LivenessServer('http://127.0.0.1:0/healthz', health=probing.Health(),
+                                      probes=probing.ProbeCache(lambda: {}, period=lambda: 10))
+    await liveness.start()
+    try:
+        base = f'http://127.0.0.1:{liveness.bound_port}'
+        observing.serve_readiness_beside(liveness, readiness)  # before the startup handlers, as the runtime does
+        status, text = await fetch(f'{base}/readyz')
+        assert status == 503 and 'not started watching yet' in text
+        async with observing.observing(config=config, readiness=readiness, liveness=liveness):
+            readiness.expect({})
+            assert await fetch(f'{base}/readyz') == (200, '{"ready": true}')
+    finally:
+        await liveness.stop()
+
+
 async def test_readiness_is_beside_the_metrics_without_liveness_or_where_asked():
     config = OperatorConfig()
     config.tracing.enabled = False
