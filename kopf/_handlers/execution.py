@@ -45,6 +45,7 @@ from kopf import errors
 from kopf._handlers import filters, invocation, subhandling
 from kopf._handlers.arguments import Arguments, Attempts
 from kopf._handlers.registries import DEFAULT_BACKOFF, BaseHandler, ChangingHandler, WatchingHandler
+from kopf._observability import recording
 from kopf._structs.ids import HandlerId
 from kopf._structs.typedefs import Logger
 from kopf.errors import (
@@ -205,7 +206,10 @@ async def run_changing(
         return storable(handler, result)
 
     default_backoff = arguments.operator.config.execution.default_backoff
-    outcome = await attempt(handler, past, call=call, logger=logger, default_backoff=default_backoff)
+    resource, cause = arguments.object.resource if arguments.object else None, arguments.cause
+    with recording.current().handler(resource, cause.reason.value if cause else '', handler.id) as call_scope:
+        outcome = await attempt(handler, past, call=call, logger=logger, default_backoff=default_backoff)
+        call_scope.ended(final=outcome.final, error=outcome.exception)
     outcome = dataclasses.replace(outcome, subrefs=frozenset(context.executed))
     if watcher is not None:
         watcher.judged(handler, outcome)
