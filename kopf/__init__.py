@@ -3,7 +3,6 @@ kopf: a framework for writing Kubernetes operators in Python.
 
 This module only re-exports the public API; everything lives in sub-packages.
 """
-import importlib.metadata
 
 from kopf import on
 from kopf._admission.servers import (
@@ -115,11 +114,18 @@ from kopf.errors import (
 )
 from kopf.on import daemon, execute, index, register, subhandler, timer
 
-try:
-    # Kopf's documented way to name the framework, e.g. in a custom session's User-Agent.
-    __version__ = importlib.metadata.version('kopf')
-except importlib.metadata.PackageNotFoundError:  # run from a source tree that is not installed
-    __version__ = '0+unknown'
+
+def __getattr__(name: str) -> str:
+    """``kopf.__version__``, read when asked: the package metadata costs memory that operators need not pay for."""
+    if name != '__version__':
+        raise AttributeError(f"module 'kopf' has no attribute {name!r}")
+    import importlib.metadata
+
+    try:
+        # Kopf's documented way to name the framework, e.g. in a custom session's User-Agent.
+        return importlib.metadata.version('kopf')
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        return '0+unknown'
 
 __all__ = [
     'ABSENT',

@@ -30,12 +30,13 @@ import types
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
-from typing import ClassVar
-
-import aiohttp.web
+from typing import TYPE_CHECKING, ClassVar
 
 from kopf._kube import kubeconfig
 from kopf._structs.reviews import InvalidReviewError, WebhookClientConfig, WebhookFn
+
+if TYPE_CHECKING:  # the web server is imported when webhooks are served: operators without them do not pay for it
+    import aiohttp.web
 
 logger = logging.getLogger('kopf._admission.servers')
 
@@ -115,6 +116,8 @@ class WebhookServer:
     async def __call__(self, fn: WebhookFn) -> AsyncIterator[WebhookClientConfig]:
         stamps = _stamps(self._files)  # before reading them: a change meanwhile is seen at the first check
         context, cadata = self._ssl()
+        import aiohttp.web
+
         app = aiohttp.web.Application()
         app.router.add_post('/{tail:.*}', functools.partial(_serve, fn=fn, prefix=self._prefix))
         runner = aiohttp.web.AppRunner(app, access_log=None, handle_signals=False)
@@ -290,6 +293,8 @@ def _stamps(paths: Iterable[PathLike]) -> tuple[tuple[int, int, int] | None, ...
 
 async def _serve(request: aiohttp.web.Request, *, fn: WebhookFn, prefix: str) -> aiohttp.web.StreamResponse:
     """One HTTP request: an admission review in, an admission review out; bad requests get a 4xx."""
+    import aiohttp.web
+
     path = request.path
     if path != prefix and not path.startswith(prefix.rstrip('/') + '/'):
         return aiohttp.web.Response(status=404, text=f"No webhooks at {path}; they are under {prefix}.\n")

@@ -19,13 +19,14 @@ import json
 import logging
 import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
+if TYPE_CHECKING:  # the web server is imported when something is served: operators without it do not pay for it
+    from aiohttp import web
 
 logger = logging.getLogger('kopf._observability.serving')
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Handler = Callable[['web.Request'], Awaitable['web.StreamResponse']]
 
 READINESS_PATH = '/readyz'
 SHUTDOWN_TIMEOUT = 1.0  # seconds that requests in flight get when a server closes
@@ -83,6 +84,8 @@ class EndpointServer:
         return f"http://{self.host}:{self.bound_port}{path}"
 
     async def start(self) -> None:
+        from aiohttp import web
+
         app = web.Application()
         app.router.add_route('GET', '/{path:.*}', self._dispatch)
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT)
@@ -103,6 +106,8 @@ class EndpointServer:
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         handler = self.routes.get(request.path)
         if handler is None:
+            from aiohttp import web
+
             return web.Response(status=404, text=f"Not found: {request.path}. Served: "
                                                  f"{', '.join(sorted(self.routes))}.\n")
         return await handler(request)
@@ -169,6 +174,8 @@ def metrics_handler(render: Callable[[str], tuple[bytes, str]]) -> Handler:
     """``/metrics``: the exposition as the scraper asks for it (``Accept``: text or OpenMetrics)."""
     async def handle(request: web.Request) -> web.StreamResponse:
         body, content_type = render(request.headers.get('Accept', ''))
+        from aiohttp import web
+
         response = web.Response(body=body)
         response.headers['Content-Type'] = content_type
         return response
@@ -176,4 +183,6 @@ def metrics_handler(render: Callable[[str], tuple[bytes, str]]) -> Handler:
 
 
 def _json(data: Mapping[str, Any], *, status: int) -> web.Response:
+    from aiohttp import web
+
     return web.Response(text=json.dumps(data), status=status, content_type='application/json')

@@ -21,12 +21,13 @@ import json
 import logging
 import urllib.parse
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from typing import Any
-
-from aiohttp import web
+from typing import TYPE_CHECKING, Any
 
 from kopf._observability import serving
 from kopf._structs.clocks import SYSTEM_CLOCK, Clock
+
+if TYPE_CHECKING:  # the web server is imported when something is served: operators without it do not pay for it
+    from aiohttp import web
 
 logger = logging.getLogger('kopf._runtime.probing')
 
@@ -158,4 +159,6 @@ class LivenessServer(serving.EndpointServer):
 
 def _json(data: Mapping[str, Any], *, status: int) -> web.Response:
     text = json.dumps(data, default=str)
+    from aiohttp import web
+
     return web.Response(text=text, status=status, content_type='application/json')
