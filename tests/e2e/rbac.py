@@ -33,7 +33,8 @@ from tests.e2e.harness import OPERATORS, REPO, OperatorProcess, read_calls
 
 OPERATOR = OPERATORS / 'rbac.py'
 PLACEHOLDER = 'e2e-rbac-placeholder'
-REFUSAL = re.compile(r'\b403\b|[Ff]orbidden|permission')
+# A 403 as the server says it, not the milliseconds of a log line's time (``12:34:56,403``).
+REFUSAL = re.compile(r'(?<![,.])\b403\b|[Ff]orbidden|permission')
 RBAC = '/apis/rbac.authorization.k8s.io/v1'
 WIDGETS = '/apis/rbac.e2e.kopf.dev/v1'
 
