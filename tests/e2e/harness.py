@@ -17,6 +17,8 @@ T = TypeVar('T')
 OPERATORS = Path(__file__).parent / 'operators'
 REPO = Path(__file__).parents[2]
 TIMEOUT = 30.0
+# A 403 as the server says it, not the milliseconds of a log line's time (``12:34:56,403``).
+FORBIDDEN = r'(?<![,.])\b403\b|[Ff]orbidden'
 
 
 def kopf_run(script: Path, *, namespace: str) -> list[str]:

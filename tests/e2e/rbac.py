@@ -29,12 +29,11 @@ from typing import Any
 import yaml
 
 from kopf.testing import ControlPlane, KubeAPI, KubeAPIError
-from tests.e2e.harness import OPERATORS, REPO, OperatorProcess, read_calls
+from tests.e2e.harness import FORBIDDEN, OPERATORS, REPO, OperatorProcess, read_calls
 
 OPERATOR = OPERATORS / 'rbac.py'
 PLACEHOLDER = 'e2e-rbac-placeholder'
-# A 403 as the server says it, not the milliseconds of a log line's time (``12:34:56,403``).
-REFUSAL = re.compile(r'(?<![,.])\b403\b|[Ff]orbidden|permission')
+REFUSAL = re.compile(FORBIDDEN + '|permission')
 RBAC = '/apis/rbac.authorization.k8s.io/v1'
 WIDGETS = '/apis/rbac.e2e.kopf.dev/v1'
 
