@@ -274,8 +274,9 @@ async def _send(
             return ProcessingOutcome(delay=REJECTED_PATCH_DELAY)
         except APIError as e:
             if isinstance(e, APIServerError) and not too_large(e):
-                logger.warning("Failed to patch the object (attempt %d of %d): %s",
-                               attempt, PATCH_ATTEMPTS, _explain(e))
+                quiet = watch.context.reachability.covers(e)  # the server is away: said once for all objects
+                (logger.debug if quiet else logger.warning)("Failed to patch the object (attempt %d of %d): %s",
+                                                            attempt, PATCH_ATTEMPTS, _explain(e))
                 await asyncio.sleep(PATCH_PAUSE * attempt)
                 continue
             if essential is not None:
@@ -290,7 +291,9 @@ async def _send(
                      f" Retrying the handling in {REJECTED_PATCH_DELAY:g}s.")
             return ProcessingOutcome(delay=REJECTED_PATCH_DELAY)
         except (APIConnectionError, aiohttp.ClientError, asyncio.TimeoutError) as e:
-            logger.warning("Failed to patch the object (attempt %d of %d): %s", attempt, PATCH_ATTEMPTS, e)
+            quiet = watch.context.reachability.covers(e)  # the server is away: said once for all objects
+            (logger.debug if quiet else logger.warning)("Failed to patch the object (attempt %d of %d): %s",
+                                                        attempt, PATCH_ATTEMPTS, e)
             await asyncio.sleep(PATCH_PAUSE * attempt)
             continue
         if patched is None:
@@ -300,8 +303,9 @@ async def _send(
         rv = patched.get('metadata', {}).get('resourceVersion')
         outcome = ProcessingOutcome(delay=delay, resource_version=str(rv) if rv else None, body=patched)
         return await _transform(watch, body=patched, fns=fns, outcome=outcome, logger=logger) if fns else outcome
-    logger.error("%sFailed to patch the object %d times; retrying the handling in %ss.",
-                 f"{rejection} " if rejection else "", PATCH_ATTEMPTS, REJECTED_PATCH_DELAY)
+    (logger.debug if watch.context.reachability.down and not rejection else logger.error)(
+        "%sFailed to patch the object %d times; retrying the handling in %ss.",
+        f"{rejection} " if rejection else "", PATCH_ATTEMPTS, REJECTED_PATCH_DELAY)
     return ProcessingOutcome(delay=REJECTED_PATCH_DELAY)
 
 

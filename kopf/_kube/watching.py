@@ -156,7 +156,9 @@ async def infinite_watch(
             log.warning("The watch of %s is throttled by the server (429 Too Many Requests); "
                         "reconnecting in %.2fs.", where, delay)
         except (APIServerError, APIConnectionError, aiohttp.ClientError) as e:
-            log.warning("The watch of %s has failed: %s; reconnecting in %.2fs.", where, e, delay)
+            quiet = context.reachability.covers(e, what=f"the watch of {where}")  # said once for all requests
+            (log.debug if quiet else log.warning)("The watch of %s has failed: %s; reconnecting in %.2fs.",
+                                                  where, e, delay)
         await stopper.sleep(delay)
         delay = min(delay * 2, max(settings.max_reconnect_backoff, settings.reconnect_backoff))
 

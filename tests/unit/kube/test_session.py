@@ -86,10 +86,20 @@ async def test_request_retries_5xx_then_succeeds(context, aresponses, host, hist
     with caplog.at_level(logging.WARNING, logger='kopf._kube.session'):
         assert await context.request('GET', '/x') == {'ok': True}
     assert len(history()) == 2
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1
-    assert 'busy' in warnings[0].getMessage()
-    assert 'retry 1 of 2' in warnings[0].getMessage()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2  # the server is away (503), and back
+    assert 'The Kubernetes API is unreachable: GET' in warnings[0] and 'busy' in warnings[0]
+    assert 'The Kubernetes API is reachable again after' in warnings[1]
+
+
+async def test_request_retries_500_with_a_warning_of_its_own(context, aresponses, host, history, caplog):
+    aresponses.add(host, '/x', 'GET', status_response(aresponses, 500, 'InternalError', 'broken'))
+    aresponses.add(host, '/x', 'GET', {'ok': True})
+    with caplog.at_level(logging.WARNING, logger='kopf._kube.session'):
+        assert await context.request('GET', '/x') == {'ok': True}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1  # one request has failed; the server is there
+    assert 'broken' in warnings[0] and 'retry 1 of 2' in warnings[0]
 
 
 async def test_request_retries_429(context, aresponses, host, history):
@@ -129,11 +139,15 @@ async def test_request_retries_connection_errors_then_succeeds(context, arespons
 
 async def test_request_gives_up_on_connection_errors_with_a_typed_error(context, aresponses, host, caplog):
     aresponses.add(host, '/x', 'GET', aresponses.RawResponse(b''), repeat=aresponses.INFINITY)
-    with caplog.at_level(logging.WARNING, logger='kopf._kube.session'):
+    with caplog.at_level(logging.DEBUG, logger='kopf._kube.session'):
         with pytest.raises(APIConnectionError, match=r'/x.*3 attempts'):
             await context.request('GET', '/x')
+    # The server is away: that is one warning; the retries are debug lines.
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith('The Kubernetes API is unreachable: GET'), warnings
     # (aiohttp itself may repeat a request once on a dropped keep-alive connection, so count our retries)
-    assert [r.getMessage().endswith(f'(retry {n} of 2).') for n, r in enumerate(caplog.records, 1)] == [True, True]
+    retries = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and 'retry' in r.getMessage()]
+    assert [message.endswith(f'(retry {n} of 2).') for n, message in enumerate(retries, 1)] == [True, True]
 
 
 async def test_request_backoff_grows_and_is_capped(aresponses, host, lapse):
