@@ -16,14 +16,18 @@ cache's window of recent events, and etcd's compaction would never show.
 """
 from __future__ import annotations
 
+import json
+import math
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from kopf.testing import ControlPlane, ControlPlaneError, KubeAPI
+from kopf.testing import ControlPlane, ControlPlaneError, KubeAPI, wait_for
+from tests.e2e.faultproxy import FaultProxy
 from tests.e2e.harness import OPERATORS, OperatorProcess, kopf_run, read_calls
 from tests.e2e.test_replicas import CRD, GROUP, PLURAL, calls_of, collection, create_objects
 from tests.e2e.witnesses import Witness
@@ -116,3 +120,52 @@ def test_a_stopped_server_costs_two_lines_and_nothing_else(
     back = [line for line in output.splitlines() if 'The Kubernetes API is reachable again' in line]
     assert len(away) == 1 and len(back) == 1, output
     assert 'Traceback' not in output
+
+
+def compact(plane: ControlPlane, revision: int) -> None:
+    """Compact etcd's history up to this revision, through etcd's own HTTP/JSON gateway of its v3 API."""
+    body = json.dumps({'revision': str(revision), 'physical': True}).encode()
+    request = urllib.request.Request(f'{plane.etcd_url}/v3/kv/compaction', data=body, method='POST',
+                                     headers={'Content-Type': 'application/json'})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 200, response.read()
+
+
+def test_a_watch_compacted_away_relists_and_handles_each_change_once(
+        plane: ControlPlane, kube: KubeAPI, namespace: str, operator: Callable[..., OperatorProcess],
+        tmp_path: Path) -> None:
+    proxy = FaultProxy(plane, tmp_path / 'proxy').start()
+    calls = tmp_path / 'calls.jsonl'
+    witness = Witness(kube, collection(namespace), handlers=())
+    try:
+        process = operator(kubeconfig=proxy.kubeconfig, script='gaps.py', E2E_INACTIVITY='2')
+        create_objects(kube, namespace, ['kept', 'changed', 'deleted'])
+        process.wait(lambda: witness.finished(['kept', 'changed', 'deleted']), what="the first objects handled")
+        before = len(read_calls(calls))
+
+        proxy.blackhole(math.inf)  # the operator's watch goes silent, and every reconnection too
+        wait_for(lambda: proxy.figures().get('blackhole', 0) >= 1, what="the open watch black-holed")
+        for field in ('one', 'two', 'three'):  # several changes; the operator can only see the last one
+            kube.patch(f'{collection(namespace)}/changed', {'spec': {'field': field}})
+        kube.delete(f'{collection(namespace)}/deleted')  # held by the finalizer: marked for deletion
+        create_objects(kube, namespace, ['new'])
+        latest = kube.patch(f'{collection(namespace)}/kept', {'metadata': {'labels': {'touched': 'yes'}}})
+        compact(plane, int(latest['metadata']['resourceVersion']))
+        proxy.heal()
+
+        process.wait(lambda: witness.finished(['new']) and kube.find(f'{collection(namespace)}/deleted') is None
+                     and len([c for c in read_calls(calls)[before:] if c['handler'] == 'update']) >= 1,
+                     what="the changes made during the gap handled", timeout=60)
+        process.wait_for_output('has expired; relisting')
+        assert process.stop() == 0
+    finally:
+        witness.stop()
+        proxy.stop()
+    after = [(c['handler'], c['name'], c.get('diff')) for c in read_calls(calls)[before:]]
+    assert sorted(after, key=str) == sorted([
+        ('update', 'changed', [['change', ['spec', 'field'], 'changed', 'three']]),
+        ('update', 'kept', [['add', ['metadata'], None, {'labels': {'touched': 'yes'}}]]),
+        ('delete', 'deleted', None),
+        ('create', 'new', None),
+    ], key=str)
+    assert 'Traceback' not in process.output
