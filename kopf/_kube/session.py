@@ -34,7 +34,13 @@ from kopf import errors
 from kopf._kube import connections, retrying
 from kopf._kube.connections import IDLE_CONNECTION_TIMEOUT
 from kopf._kube.credentials import Accepted, Credentials, accept, needs_new_connections
-from kopf._kube.errors import APIConnectionError, APIError, APIUnauthorizedError, check_response
+from kopf._kube.errors import (
+    APIConnectionError,
+    APIError,
+    APIMalformedResponseError,
+    APIUnauthorizedError,
+    check_response,
+)
 from kopf._kube.reachability import Reachability
 from kopf._kube.retrying import RetryPolicy
 from kopf._kube.slots import MAX_CONCURRENT_REQUESTS, RequestSlots
@@ -285,7 +291,7 @@ class APIContext:
                     await check_response(response)
                     text = await response.text()
                     self.reachability.answered()
-                    return jsonlib.loads(text) if text.strip() else None
+                    return _parse(text, response, method=method, url=url)
             except (APIError, *retrying.TRANSIENT_ERRORS) as e:
                 quiet = self.reachability.covers(e, what=f"{method} {url}")
                 if not quiet and isinstance(e, APIError):
@@ -375,3 +381,16 @@ class APIContext:
             yield response
         finally:
             response.release()
+
+
+def _parse(text: str, response: aiohttp.ClientResponse, *, method: str, url: str) -> Any:
+    """The JSON of an answer; an answer that is no JSON (a proxy's HTML page, a cut-off body) is a server error."""
+    if not text.strip():
+        return None
+    try:
+        return jsonlib.loads(text)
+    except ValueError as e:
+        content_type = response.headers.get('Content-Type', 'no content type')
+        raise APIMalformedResponseError(
+            f"The answer to {method} {url} is not the API's JSON ({response.status}, {content_type}, "
+            f"{len(text)} characters: {e}): {text[:120]!r}", status=response.status) from None

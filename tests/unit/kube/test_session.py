@@ -15,6 +15,7 @@ from kopf._kube.errors import (
     APIConnectionError,
     APIError,
     APIForbiddenError,
+    APIMalformedResponseError,
     APINotFoundError,
     APIServerError,
     APITooManyRequestsError,
@@ -491,3 +492,26 @@ async def test_trust_env_reaches_the_session(info):
         assert context.session.trust_env
     async with APIContext(info) as context:
         assert not context.session.trust_env
+
+
+@pytest.mark.parametrize('body, content_type', [
+    ('<html><body><h1>502 Bad Gateway</h1></body></html>', 'text/html'),
+    ('{"kind": "KopfExample", "metadata": {"na', 'application/json'),
+])
+async def test_an_answer_that_is_no_json_is_one_warning_and_retried(context, aresponses, host, history, caplog,
+                                                                    body, content_type):
+    aresponses.add(host, '/x', 'PATCH', aresponses.Response(status=200, content_type=content_type, text=body))
+    aresponses.add(host, '/x', 'PATCH', {'ok': True})
+    with caplog.at_level(logging.WARNING, logger='kopf._kube.session'):
+        assert await context.request('PATCH', '/x', json={}) == {'ok': True}
+    assert len(history()) == 2
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "is not the API's JSON (200, " + content_type in warnings[0] and 'retrying in' in warnings[0]
+
+
+async def test_an_answer_that_stays_no_json_is_a_server_error_in_the_end(context, aresponses, host):
+    aresponses.add(host, '/x', 'GET', aresponses.Response(status=200, content_type='text/html', text='<html/>'),
+                   repeat=aresponses.INFINITY)
+    with pytest.raises(APIMalformedResponseError, match="is not the API's JSON"):
+        await context.request('GET', '/x')
