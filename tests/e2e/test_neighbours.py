@@ -18,12 +18,15 @@ from typing import Any
 
 import pytest
 
-from kopf.testing import KubeAPI
+from kopf.testing import ControlPlane, KubeAPI
 from tests.e2e import peers
+from tests.e2e.faultproxy import Fault, FaultProxy, Request
 from tests.e2e.harness import OPERATORS, OperatorProcess, kopf_run, read_calls
 from tests.e2e.test_replicas import CRD, GROUP, PLURAL, collection, create_objects
 
 KOPF = '1.45.2'
+FOREIGN = 'foreign.example.com/keep'
+LAST_HANDLED = 'kopf.zalando.org/last-handled-configuration'
 OURS = 'ours.example.com'
 
 
@@ -127,3 +130,34 @@ def test_two_operators_on_one_resource_leave_each_other_alone(
         assert deleted == {name: 1 for name in [*names, 'sentinel']}, (label, deleted)  # both were waited for
     for process in (ours, theirs):
         assert 'Traceback' not in process.output, process.output[-5000:]
+
+
+def test_a_finalizer_list_rewritten_meanwhile_keeps_both_finalizers(
+        kube: KubeAPI, control_plane: ControlPlane, namespace: str, crd: None, tmp_path: Path) -> None:
+    """Another controller adds its finalizer just before ours arrives: a 409, then our patch on the fresh list."""
+    path = f'{collection(namespace)}/contested'
+
+    def interfere(request: Request) -> Fault | None:
+        if request.method == 'PATCH' and request.path == path and not interfered:
+            interfered.append(True)
+            current = kube.get(path)['metadata'].get('finalizers', [])
+            kube.patch(path, {'metadata': {'finalizers': [*current, FOREIGN]}})
+        return None
+
+    interfered: list[bool] = []
+    proxy = FaultProxy(control_plane, tmp_path / 'proxy', policy=interfere).start()
+    env = {'E2E_RESOURCE': f'{PLURAL}.{GROUP}', 'E2E_CALLS': str(tmp_path / 'calls.jsonl')}
+    process = OperatorProcess(kopf_run(OPERATORS / 'gaps.py', namespace=namespace), kubeconfig=proxy.kubeconfig,
+                              log=tmp_path / 'operator.log', env=env)
+    try:
+        create_objects(kube, namespace, ['contested'])
+        process.wait(lambda: LAST_HANDLED in (kube.get(path)['metadata'].get('annotations') or {}),
+                     what="the object handled")
+        finalizers = kube.get(path)['metadata']['finalizers']
+        assert FOREIGN in finalizers and 'kopf.zalando.org/KopfFinalizerMarker' in finalizers, finalizers
+        patches = [entry.status for entry in proxy.forwarded if entry.path == path and entry.method == 'PATCH']
+        assert patches[0] == 409 and patches[-1] == 200, patches  # refused for the old list, then rebased
+        assert [c['handler'] for c in read_calls(tmp_path / 'calls.jsonl')] == ['create']
+    finally:
+        process.kill()
+        proxy.stop()
