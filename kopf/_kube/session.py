@@ -289,7 +289,7 @@ class APIContext:
                         timeout=client_timeout, proxy=self.info.proxy_url,
                 ) as response:
                     await check_response(response)
-                    text = await response.text()
+                    text = await response.text(errors='replace')  # bytes that are no text: not JSON either (below)
                     self.reachability.answered()
                     return _parse(text, response, method=method, url=url)
             except (APIError, *retrying.TRANSIENT_ERRORS) as e:

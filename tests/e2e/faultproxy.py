@@ -38,8 +38,9 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from kopf.testing import ControlPlane
 
-# Headers that belong to one hop and must not be forwarded as they are.
-HOP_HEADERS = {'connection', 'keep-alive', 'transfer-encoding', 'content-length', 'content-encoding',
+# Headers that belong to one hop and must not be forwarded as they are. The content's encoding is
+# end-to-end: the bodies are passed on as they come (gzip-compressed lists stay compressed).
+HOP_HEADERS = {'connection', 'keep-alive', 'transfer-encoding', 'content-length',
                'upgrade', 'proxy-connection', 'te', 'trailer', 'host'}
 
 

@@ -3,6 +3,7 @@ import asyncio
 import base64
 import dataclasses
 import datetime
+import gzip
 import itertools
 import logging
 
@@ -508,6 +509,19 @@ async def test_an_answer_that_is_no_json_is_one_warning_and_retried(context, are
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, warnings
     assert "is not the API's JSON (200, " + content_type in warnings[0] and 'retrying in' in warnings[0]
+
+
+async def test_an_answer_that_is_no_text_is_one_warning_and_retried(context, aresponses, host, history, caplog):
+    """E.g. a gzip-compressed list whose Content-Encoding a proxy has dropped: bytes that no codec reads."""
+    compressed = gzip.compress(b'{"kind": "KopfExampleList", "items": []}')
+    aresponses.add(host, '/x', 'GET', aresponses.Response(status=200, content_type='application/json',
+                                                         body=compressed))
+    aresponses.add(host, '/x', 'GET', {'ok': True})
+    with caplog.at_level(logging.WARNING, logger='kopf._kube.session'):
+        assert await context.request('GET', '/x') == {'ok': True}
+    assert len(history()) == 2
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "is not the API's JSON (200, application/json" in warnings[0], warnings
 
 
 async def test_an_answer_that_stays_no_json_is_a_server_error_in_the_end(context, aresponses, host):
