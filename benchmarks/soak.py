@@ -359,6 +359,7 @@ def main() -> None:
             if operator.process is not None and operator.process.poll() is not None:
                 log(f"the operator exited by itself with {operator.process.returncode}: restarting it")
                 errors['operator exited'] += 1
+                time.sleep(min(30.0, 2.0 ** min(errors['operator exited'], 5)))  # not in a tight loop
                 operator.start()
             if time.time() >= next_kill:
                 operator.kill()

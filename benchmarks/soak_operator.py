@@ -114,12 +114,16 @@ def _sample(started: float) -> dict[str, Any]:
             'max': max(latencies) if latencies else None}
 
 
+def _append(line: str) -> None:
+    with SAMPLES.open('a') as f:  # a line a minute: opened each time, so the file may be moved meanwhile
+        f.write(line + '\n')
+
+
 async def _sampler() -> None:
     started = time.monotonic()
-    with SAMPLES.open('a', buffering=1) as f:
-        while True:
-            await asyncio.sleep(INTERVAL)
-            f.write(json.dumps(_sample(started)) + '\n')
+    while True:
+        await asyncio.sleep(INTERVAL)
+        _append(json.dumps(_sample(started)))
 
 
 _tasks: set[asyncio.Task[None]] = set()
