@@ -258,7 +258,7 @@ async def _send(
                 fresh = await fetching.read_obj(context=watch.context, resource=watch.resource,
                                                 namespace=namespace, name=name)
                 if fresh is None:
-                    return ProcessingOutcome()
+                    return ProcessingOutcome(gone=True)
                 finalizer = watch.config.persistence.finalizer
                 patch = rebase(patch, Body(fresh), finalizer=finalizer)
                 essential = rebase(essential, Body(fresh), finalizer=finalizer) if essential is not None else None
@@ -297,7 +297,7 @@ async def _send(
             await asyncio.sleep(PATCH_PAUSE * attempt)
             continue
         if patched is None:
-            return ProcessingOutcome()  # gone meanwhile: nothing left to do
+            return ProcessingOutcome(gone=True)  # gone meanwhile: nothing left to do
         if rejection:
             logger.error("%s The handlers' progress is stored without it; they are not run again.", rejection)
         rv = patched.get('metadata', {}).get('resourceVersion')

@@ -133,7 +133,7 @@ async def test_a_gone_object_ends_the_processing_quietly(aresponses, host, watch
     result({'metadata': {'annotations': {'a': 'b'}}}, delay=1)
     aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=404, text='{}'))
     outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
-    assert outcome == processing.ProcessingOutcome()
+    assert outcome == processing.ProcessingOutcome(gone=True)  # its worker awaits the deletion, nothing older
 
 
 async def test_a_rejected_patch_is_reported_and_retried_later(aresponses, host, watch, result, caplog):
