@@ -91,7 +91,7 @@ def test_a_stopped_server_costs_two_lines_and_nothing_else(
         plane: ControlPlane, kube: KubeAPI, namespace: str, operator: Callable[..., OperatorProcess],
         tmp_path: Path, server: str) -> None:
     witness = Witness(kube, collection(namespace), handlers=HANDLERS, prefix='kopf.zalando.org')
-    process = operator(E2E_WORK='0.3', E2E_FAILS='1', E2E_DELAY='1')
+    process = operator(E2E_WORK='0.1', E2E_FAILS='1', E2E_DELAY='1')
     names = [f'obj-{i}' for i in range(12)]
     try:
         create_objects(kube, namespace, names)
