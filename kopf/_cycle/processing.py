@@ -263,7 +263,7 @@ async def _send(
                 fresh = await fetching.read_obj(context=watch.context, resource=watch.resource,
                                                 namespace=namespace, name=name)
                 if fresh is None:
-                    return ProcessingOutcome()
+                    return ProcessingOutcome(gone=True)
                 finalizer = watch.config.persistence.finalizer
                 patch = rebase(patch, Body(fresh), finalizer=finalizer)
                 essential = rebase(essential, Body(fresh), finalizer=finalizer) if essential is not None else None
@@ -281,8 +281,9 @@ async def _send(
             return ProcessingOutcome(delay=REJECTED_PATCH_DELAY)
         except APIError as e:
             if isinstance(e, APIServerError) and not too_large(e):
-                logger.warning("Failed to patch the object (attempt %d of %d): %s",
-                               attempt, PATCH_ATTEMPTS, _explain(e))
+                quiet = watch.context.reachability.covers(e)  # the server is away: said once for all objects
+                (logger.debug if quiet else logger.warning)("Failed to patch the object (attempt %d of %d): %s",
+                                                            attempt, PATCH_ATTEMPTS, _explain(e))
                 await asyncio.sleep(PATCH_PAUSE * attempt)
                 continue
             recording.current().patch_refused(watch.resource, 'too_large' if too_large(e) else 'rejected')
@@ -298,19 +299,22 @@ async def _send(
                      f" Retrying the handling in {REJECTED_PATCH_DELAY:g}s.")
             return ProcessingOutcome(delay=REJECTED_PATCH_DELAY)
         except (APIConnectionError, aiohttp.ClientError, asyncio.TimeoutError) as e:
-            logger.warning("Failed to patch the object (attempt %d of %d): %s", attempt, PATCH_ATTEMPTS, e)
+            quiet = watch.context.reachability.covers(e)  # the server is away: said once for all objects
+            (logger.debug if quiet else logger.warning)("Failed to patch the object (attempt %d of %d): %s",
+                                                        attempt, PATCH_ATTEMPTS, e)
             await asyncio.sleep(PATCH_PAUSE * attempt)
             continue
         recording.current().patched(watch.resource, patch)
         if patched is None:
-            return ProcessingOutcome()  # gone meanwhile: nothing left to do
+            return ProcessingOutcome(gone=True)  # gone meanwhile: nothing left to do
         if rejection:
             logger.error("%s The handlers' progress is stored without it; they are not run again.", rejection)
         rv = patched.get('metadata', {}).get('resourceVersion')
         outcome = ProcessingOutcome(delay=delay, resource_version=str(rv) if rv else None, body=patched)
         return await _transform(watch, body=patched, fns=fns, outcome=outcome, logger=logger) if fns else outcome
-    logger.error("%sFailed to patch the object %d times; retrying the handling in %ss.",
-                 f"{rejection} " if rejection else "", PATCH_ATTEMPTS, REJECTED_PATCH_DELAY)
+    (logger.debug if watch.context.reachability.down and not rejection else logger.error)(
+        "%sFailed to patch the object %d times; retrying the handling in %ss.",
+        f"{rejection} " if rejection else "", PATCH_ATTEMPTS, REJECTED_PATCH_DELAY)
     return ProcessingOutcome(delay=REJECTED_PATCH_DELAY)
 
 

@@ -50,6 +50,7 @@ class ProcessingOutcome:
     delay: float | None = None  # when to wake up for the next cycle if no event comes first
     resource_version: str | None = None  # of our own patch, to wait for before the next cycle
     body: Mapping[str, Any] | None = None  # the object as our own patch has left it, if patched
+    gone: bool = False  # our patch found the object gone (404): only its deletion is news, not older events
 
 
 Processor = Callable[[RawEvent, bool], Awaitable[ProcessingOutcome]]  # (event, woken_up_after_delay)
@@ -184,6 +185,9 @@ class _Mailbox:
 
         A patch that changed nothing keeps the version of the handled state and
         causes no event. Without a patch, an earlier one may still be awaited.
+        A patch that found the object gone awaits its deletion (``_GONE``):
+        the events that arrive meanwhile show it before it was gone, e.g.
+        with our finalizer still on it, and would run its handlers again.
         """
         if resource_version is not None:
             arrived = (resource_version in self.versions or _GONE in self.versions or
@@ -282,7 +286,7 @@ async def _worker(
                 if not admitted:
                     return  # not ours (any more): its owner handles it
                 outcome = await processor(raw_event, woken_up)
-        mailbox.expect(outcome.resource_version)
+        mailbox.expect(_GONE if outcome.gone else outcome.resource_version)
         if raw_event.get('type') == 'DELETED':
             return
         delay = outcome.delay

@@ -187,11 +187,25 @@ async def _load(handlers: Sequence[ChangingHandler], *, batch: Batch) -> State:
 
 
 def _plausible(state: State, handlers: Sequence[ChangingHandler], *, batch: Batch) -> State:
-    """Retry times further ahead than kopf ever schedules are not trusted: the back-off applies instead."""
+    """
+    Retry times further ahead than kopf ever schedules are not trusted: the back-off applies instead.
+
+    Retry times scheduled at a moment the clock has not reached yet (it has
+    been set back since) are moved to the delay asked for, from now.
+    """
     now = batch.clock.now()
     limit = now + datetime.timedelta(seconds=execution.MAX_DELAY) + IMPLAUSIBLE_SLACK
     fixed: dict[HandlerId, HandlerState] = {}
     for handler in handlers:
+        rebased = state[handler.id].with_clock_set_back()
+        scheduled = state[handler.id].scheduled
+        if rebased is not None and rebased.delayed is not None and scheduled is not None:
+            behind = (scheduled - now).total_seconds()
+            batch.logger.warning("The clock is %.0fs behind the moment %s was scheduled for a retry: it has been set "
+                                 "back. Retrying in %gs, as asked then.", behind, handler,
+                                 (rebased.delayed - now).total_seconds())
+            fixed[handler.id] = rebased
+            continue
         delayed = state[handler.id].delayed
         if delayed is not None and delayed > limit and not state[handler.id].finished:
             delay = execution.backoff(handler, default=batch.arguments.operator.config.execution.default_backoff,

@@ -36,6 +36,7 @@ class HandlerState:
     started: datetime.datetime
     stopped: datetime.datetime | None = None
     delayed: datetime.datetime | None = None
+    scheduled: datetime.datetime | None = None  # when ``delayed`` was set
     retries: int = 0
     success: bool = False
     failure: bool = False
@@ -56,10 +57,12 @@ class HandlerState:
         started = record.get('started')
         stopped = record.get('stopped')
         delayed = record.get('delayed')
+        scheduled = record.get('scheduled')
         return cls(
             started=records.parse_time(started) if started else clock.now(),
             stopped=records.parse_time(stopped) if stopped else None,
             delayed=records.parse_time(delayed) if delayed else None,
+            scheduled=records.parse_time(scheduled) if scheduled and delayed else None,
             retries=record.get('retries') or 0,
             success=bool(record.get('success')),
             failure=bool(record.get('failure')),
@@ -74,6 +77,7 @@ class HandlerState:
             started=records.format_time(self.started),
             stopped=records.format_time(self.stopped) if self.stopped else None,
             delayed=records.format_time(self.delayed) if self.delayed else None,
+            scheduled=records.format_time(self.scheduled) if self.scheduled and self.delayed else None,
             retries=self.retries or None,
             success=self.success or None,
             failure=self.failure or None,
@@ -119,12 +123,27 @@ class HandlerState:
         subrefs = self.subrefs | outcome.subrefs
         if outcome.final:
             return dataclasses.replace(
-                self, stopped=now, delayed=None, retries=self.retries + 1,
+                self, stopped=now, delayed=None, scheduled=None, retries=self.retries + 1,
                 success=outcome.exception is None, failure=outcome.exception is not None,
                 message=message, subrefs=subrefs)
         delayed = now + datetime.timedelta(seconds=outcome.delay) if outcome.delay else None
-        return dataclasses.replace(self, delayed=delayed, retries=self.retries + 1, message=message,
-                                   subrefs=subrefs)
+        return dataclasses.replace(self, delayed=delayed, scheduled=now if delayed else None,
+                                   retries=self.retries + 1, message=message, subrefs=subrefs)
+
+    def with_clock_set_back(self) -> HandlerState | None:
+        """
+        If the wall clock is now before the moment the retry was scheduled, the retry as it was asked, from now.
+
+        A clock set back (by an hour, say) would otherwise keep the retry
+        waiting for that hour on top of its delay. ``None`` if the clock has
+        not gone back (or the record does not say when it was scheduled).
+        """
+        if self.finished or self.delayed is None or self.scheduled is None:
+            return None
+        now = self.clock.now()
+        if now >= self.scheduled:
+            return None
+        return dataclasses.replace(self, delayed=now + (self.delayed - self.scheduled), scheduled=now)
 
 
 def _message(exception: BaseException | None) -> str | None:

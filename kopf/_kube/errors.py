@@ -62,6 +62,16 @@ class APIServerError(APIError):
     """5xx: the server failed; usually temporary."""
 
 
+class APIMalformedResponseError(APIServerError):
+    """
+    An answer that is not what the Kubernetes API gives, whatever its status.
+
+    An HTML page of a proxy or a load balancer in between, JSON cut off in the
+    middle, a listing without its ``resourceVersion``: usually a hiccup of
+    something between us and the server, so it is retried as a 5xx is.
+    """
+
+
 class APITooManyRequestsError(APIServerError):
     """
     429: the server sheds load and asks to come back later (``retry_after`` seconds).

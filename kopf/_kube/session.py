@@ -34,7 +34,14 @@ from kopf import errors
 from kopf._kube import connections, retrying
 from kopf._kube.connections import IDLE_CONNECTION_TIMEOUT
 from kopf._kube.credentials import Accepted, Credentials, accept, needs_new_connections
-from kopf._kube.errors import APIConnectionError, APIError, APIUnauthorizedError, check_response
+from kopf._kube.errors import (
+    APIConnectionError,
+    APIError,
+    APIMalformedResponseError,
+    APIUnauthorizedError,
+    check_response,
+)
+from kopf._kube.reachability import Reachability
 from kopf._kube.retrying import RetryPolicy
 from kopf._kube.slots import MAX_CONCURRENT_REQUESTS, RequestSlots
 from kopf._observability import recording
@@ -111,6 +118,7 @@ class APIContext:
         self._session: aiohttp.ClientSession | None = None
         self._retired: list[aiohttp.ClientSession] = []  # sessions of earlier credentials, closed at exit
         self._login_lock = asyncio.Lock()
+        self.reachability = Reachability(logger=self.logger, clock=clock)
 
     @property
     def info(self) -> ConnectionInfo:
@@ -285,9 +293,13 @@ class APIContext:
                         ) as response:
                             call.answered(response.status)
                             await check_response(response)
-                            text = await response.text()
-                            return jsonlib.loads(text) if text.strip() else None
+                            text = await response.text(errors='replace')  # bytes that are no text: not JSON either
+                            self.reachability.answered()
+                            return _parse(text, response, method=method, url=url)
             except (APIError, *retrying.TRANSIENT_ERRORS) as e:
+                quiet = self.reachability.covers(e, what=f"{method} {url}")
+                if not quiet and isinstance(e, APIError):
+                    self.reachability.answered()
                 decision = retrying.decide(self.policy, attempts, e, what=f"{method} {url}",
                                            timeout=client_timeout.total)
                 if isinstance(decision, retrying.GiveUp):
@@ -298,11 +310,12 @@ class APIContext:
                     if not await self.reauthenticate(version, reason=decision.reason):
                         raise
                 else:
-                    self._log_retry(decision, method=method, url=url)
+                    self._log_retry(decision, method=method, url=url, quiet=quiet)
                     await self.clock.sleep(decision.delay)
                 attempts = decision.attempts
 
-    def _log_retry(self, retry: retrying.Retry, *, method: str, url: str) -> None:
+    def _log_retry(self, retry: retrying.Retry, *, method: str, url: str, quiet: bool = False) -> None:
+        """One warning per retry, or a debug line while the server is known to be away (said once)."""
         recording.current().api_retry(method, url, throttled=retry.throttled, delay=retry.delay)
         if retry.throttled:
             self.logger.warning("%s %s: the server is overloaded (429 Too Many Requests); "
@@ -310,7 +323,8 @@ class APIContext:
                                 method, url, retry.delay, retry.attempts.throttled, self.policy.throttle_retries)
         else:
             total = self.policy.retries
-            self.logger.warning("%s %s failed: %s; retrying in %.2fs (retry %d of %s).",
+            log = self.logger.debug if quiet else self.logger.warning
+            log("%s %s failed: %s; retrying in %.2fs (retry %d of %s).",
                                 method, url, retry.problem, retry.delay, retry.attempts.failures,
                                 total if total is not None else 'many')
 
@@ -359,6 +373,7 @@ class APIContext:
                 raise APIConnectionError(f"{method} {url} failed: {errors.describe(e)}") from e
             try:
                 await check_response(response)
+                self.reachability.answered()
             except APIUnauthorizedError as e:
                 response.release()
                 if relogged or not await self.reauthenticate(version, reason=f"{method} {url} got {e.status}"):
@@ -373,3 +388,16 @@ class APIContext:
             yield response
         finally:
             response.release()
+
+
+def _parse(text: str, response: aiohttp.ClientResponse, *, method: str, url: str) -> Any:
+    """The JSON of an answer; an answer that is no JSON (a proxy's HTML page, a cut-off body) is a server error."""
+    if not text.strip():
+        return None
+    try:
+        return jsonlib.loads(text)
+    except ValueError as e:
+        content_type = response.headers.get('Content-Type', 'no content type')
+        raise APIMalformedResponseError(
+            f"The answer to {method} {url} is not the API's JSON ({response.status}, {content_type}, "
+            f"{len(text)} characters: {e}): {text[:120]!r}", status=response.status) from None

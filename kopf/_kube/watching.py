@@ -36,6 +36,7 @@ import aiohttp
 from kopf._kube.errors import (
     APIConnectionError,
     APIGoneError,
+    APIMalformedResponseError,
     APIServerError,
     APITooManyRequestsError,
     error_from_status,
@@ -119,6 +120,9 @@ async def infinite_watch(
                 if listing is _STOPPED:
                     return
                 items, resource_version = listing
+                if not resource_version:
+                    raise APIMalformedResponseError(f"The listing of {where} has no resourceVersion to watch from",
+                                                    status=200)
                 delay = settings.reconnect_backoff
                 probe.listed(len(items))
                 for event in tracker.relisted(items, resource_version):
@@ -157,6 +161,10 @@ async def infinite_watch(
             log.debug("The watch of %s has timed out; continuing from resourceVersion %r.",
                       where, tracker.resource_version)
             continue
+        except WatchGarbledError as e:
+            probe.restarted('garbled')
+            log.warning("The watch of %s %s; reconnecting from resourceVersion %r in %.2fs.",
+                        where, e, tracker.resource_version, delay)
         except WatchStalledError as e:
             probe.restarted('stalled')
             log.warning("The watch of %s %s: the connection is probably dead; "
@@ -168,7 +176,9 @@ async def infinite_watch(
                         "reconnecting in %.2fs.", where, delay)
         except (APIServerError, APIConnectionError, aiohttp.ClientError) as e:
             probe.restarted('error')
-            log.warning("The watch of %s has failed: %s; reconnecting in %.2fs.", where, e, delay)
+            quiet = context.reachability.covers(e, what=f"the watch of {where}")  # said once for all requests
+            (log.debug if quiet else log.warning)("The watch of %s has failed: %s; reconnecting in %.2fs.",
+                                                  where, e, delay)
         await stopper.sleep(delay)
         delay = min(delay * 2, max(settings.max_reconnect_backoff, settings.reconnect_backoff))
 
@@ -180,6 +190,15 @@ async def _open(probe: WatchProbe) -> AsyncIterator[None]:
         yield
     finally:
         probe.closed()
+
+
+class WatchGarbledError(Exception):
+    """
+    A watch stream carried a line that is no event: it is given up, and watched again from the last good version.
+
+    Skipping the line would skip its event for good once a later event moves
+    the resourceVersion on; watching again from the version before it gets it again.
+    """
 
 
 class WatchStalledError(Exception):
@@ -233,22 +252,19 @@ async def _watch_once(
                 return
             lines = splitter.feed(chunk) if chunk else splitter.flush()
             for line in lines:
-                event = _parse_line(line, log)
-                if event is not None:
-                    yield event
+                yield _parse_line(line)
             if not chunk:
                 return
 
 
-def _parse_line(line: bytes, log: Logger) -> Mapping[str, Any] | None:
+def _parse_line(line: bytes) -> Mapping[str, Any]:
+    """One event of a watch stream; a line that is no JSON object ends the stream (see :class:`WatchGarbledError`)."""
     try:
         event = json.loads(line)
     except ValueError:
-        log.warning("Skipping an unparseable line in a watch stream: %r", line[:200])
-        return None
+        raise WatchGarbledError(f"has sent an unreadable line: {line[:200]!r}") from None
     if not isinstance(event, Mapping):
-        log.warning("Skipping a non-object line in a watch stream: %r", line[:200])
-        return None
+        raise WatchGarbledError(f"has sent a line that is no event: {line[:200]!r}")
     return event
 
 

@@ -100,7 +100,11 @@ class WatchProbe:
         """An event of this type (``ADDED``, ``MODIFIED``, ``DELETED``) is passed on."""
 
     def restarted(self, reason: str) -> None:
-        """The watch starts over: ``expired`` (410), ``timeout``, ``closed``, ``stalled``, ``throttled``, ``error``."""
+        """
+        The watch starts over, for a reason.
+
+        ``expired`` (410), ``timeout``, ``closed``, ``stalled``, ``throttled``, ``garbled``, ``error``.
+        """
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,6 +21,7 @@ class ProgressRecord(TypedDict, total=False):
     started: str | None
     stopped: str | None
     delayed: str | None
+    scheduled: str | None  # when the delay was set: a clock set back since then is noticed
     retries: int | None
     success: bool | None
     failure: bool | None
@@ -32,6 +33,7 @@ _FIELD_TYPES: Mapping[str, tuple[type, ...]] = {
     'started': (str,),
     'stopped': (str,),
     'delayed': (str,),
+    'scheduled': (str,),
     'retries': (int,),
     'success': (bool,),
     'failure': (bool,),
@@ -39,7 +41,7 @@ _FIELD_TYPES: Mapping[str, tuple[type, ...]] = {
     'subrefs': (list,),
 }
 
-_TIME_FIELDS = frozenset({'started', 'stopped', 'delayed'})
+_TIME_FIELDS = frozenset({'started', 'stopped', 'delayed', 'scheduled'})
 
 
 def parse_time(value: str) -> datetime.datetime:

@@ -28,9 +28,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 from kopf._testkit import binaries, processes
 from kopf._testkit.binaries import Progress
@@ -39,6 +40,8 @@ SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 DEFAULT_START_TIMEOUT = 120.0
 PORT_ATTEMPTS = 3
 STATE_NAME = "plane.json"
+
+Server = Literal["etcd", "kube-apiserver"]
 
 
 class ControlPlaneError(RuntimeError):
@@ -91,6 +94,8 @@ class ControlPlane:
     ``progress`` receives the lines of a first build of the binaries (by
     default, they go to stderr).
     ``owner`` is the process that stops it (see :meth:`attach`).
+    ``apiserver_args`` are added to kube-apiserver's command line (e.g.
+    ``--watch-cache=false``, so that watches are served by etcd itself).
     """
 
     def __init__(
@@ -102,6 +107,7 @@ class ControlPlane:
             keep_workdir: bool = False,
             progress: Progress = _to_stderr,
             owner: Owner | None = None,
+            apiserver_args: Sequence[str] = (),
     ) -> None:
         self._given_workdir = Path(workdir).resolve() if workdir is not None else None
         self._bin_dir = bin_dir
@@ -110,6 +116,7 @@ class ControlPlane:
         self.keep_workdir = keep_workdir
         self.progress = progress
         self.owner = owner
+        self.apiserver_args = tuple(apiserver_args)
 
         self.workdir: Path | None = None
         self.server: str = ""
@@ -124,6 +131,7 @@ class ControlPlane:
         self._etcd: subprocess.Popen[bytes] | None = None
         self._apiserver: subprocess.Popen[bytes] | None = None
         self._logs: list[IO[bytes]] = []
+        self._argv: dict[str, list[str]] = {}
         self._children: dict[str, dict[str, Any]] = {}
         self._stop_lock = threading.Lock()
 
@@ -231,6 +239,42 @@ class ControlPlane:
         return "\n".join(f"Last lines of {name}.log:\n{processes.tail(self.workdir / f'{name}.log', lines)}"
                          for name in ("etcd", "kube-apiserver"))
 
+    def stop_server(self, name: Server) -> None:
+        """
+        Stop one of the two servers abruptly, keeping its data and its port, to see what clients do meanwhile.
+
+        :meth:`start_server` starts it again as it was: etcd with the same
+        data, kube-apiserver with the same certificates and address.
+        """
+        proc = self._process(name)
+        if proc is not None:
+            processes.terminate(proc, graceful=False)
+        self._set_process(name, None)
+        self._children.pop(name, None)
+        self._write_pidfile()
+
+    def start_server(self, name: Server) -> None:
+        """Start a server stopped by :meth:`stop_server` again, and wait until it serves."""
+        if name not in self._argv:
+            raise ControlPlaneError("The control plane is not started.")
+        if self._process(name) is not None:
+            raise ControlPlaneError(f"{name} is running already.")
+        deadline = time.monotonic() + self.start_timeout
+        self._set_process(name, self._spawn(name, self._argv[name], append=True))
+        if name == "etcd":
+            self._wait_for_etcd(deadline)
+        else:
+            self._wait_for_apiserver(deadline)
+
+    def _process(self, name: Server) -> subprocess.Popen[bytes] | None:
+        return self._etcd if name == "etcd" else self._apiserver
+
+    def _set_process(self, name: Server, proc: subprocess.Popen[bytes] | None) -> None:
+        if name == "etcd":
+            self._etcd = proc
+        else:
+            self._apiserver = proc
+
     def user_kubeconfig(self, name: str, groups: tuple[str, ...] | list[str] = ()) -> Path:
         """
         A kubeconfig of a non-admin user: a client certificate with CN=name and O=groups, signed by our CA.
@@ -286,14 +330,15 @@ class ControlPlane:
             "server": self.server, "etcd_url": self.etcd_url, "kubeconfig": str(self.kubeconfig),
             "ca": str(self.ca_file), "cert": str(self.cert_file), "key": str(self.key_file)})
 
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    def _spawn(self, name: str, argv: list[str], *, append: bool = False) -> subprocess.Popen[bytes]:
         """Run a server in its own session, logging into the workdir."""
         assert self.workdir is not None
-        # Truncated per attempt, so a retry's log shows only the retry.
-        log = open(self.workdir / f"{name}.log", "wb")  # Closed in stop().
+        # Truncated per attempt, so a retry's log shows only the retry; a restart of a server continues it.
+        log = open(self.workdir / f"{name}.log", "ab" if append else "wb")  # Closed in stop().
         self._logs.append(log)
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 cwd=self.workdir, start_new_session=True)
+        self._argv[name] = argv
         self._children[name] = {"pid": proc.pid, "start_time": processes.process_start_time(proc.pid)}
         self._write_pidfile()
         return proc
@@ -352,6 +397,7 @@ class ControlPlane:
             "--enable-priority-and-fairness=false",
             "--profiling=false",
             "--v=1",
+            *self.apiserver_args,
         ])
         self._wait_for_apiserver(deadline)
         assert self.cert_file is not None and self.key_file is not None

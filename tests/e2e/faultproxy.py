@@ -38,8 +38,9 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from kopf.testing import ControlPlane
 
-# Headers that belong to one hop and must not be forwarded as they are.
-HOP_HEADERS = {'connection', 'keep-alive', 'transfer-encoding', 'content-length', 'content-encoding',
+# Headers that belong to one hop and must not be forwarded as they are. The content's encoding is
+# end-to-end: the bodies are passed on as they come (gzip-compressed lists stay compressed).
+HOP_HEADERS = {'connection', 'keep-alive', 'transfer-encoding', 'content-length',
                'upgrade', 'proxy-connection', 'te', 'trailer', 'host'}
 
 
@@ -69,6 +70,20 @@ class Request:
 
 
 Policy = Callable[[Request], Fault | None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Forwarded:
+    """A request that has reached the server: when its answer came (wall-clock time), and what it was."""
+
+    time: float
+    method: str
+    path: str
+    status: int
+
+
+async def _call(fn: Callable[[], None]) -> None:
+    fn()
 
 
 def no_faults(request: Request) -> Fault | None:
@@ -117,6 +132,7 @@ class FaultProxy:
         self.policy = policy
         self.injected: collections.Counter[str] = collections.Counter()
         self.requests: collections.Counter[str] = collections.Counter()
+        self.forwarded: list[Forwarded] = []  # every request that has reached the server, when it got its answer
         self.port = 0
         self.kubeconfig = workdir / 'proxy-kubeconfig'
         self._loop = asyncio.new_event_loop()
@@ -195,6 +211,17 @@ class FaultProxy:
                 self._count('blackhole')
         self._loop.call_soon_threadsafe(start)
 
+    def heal(self) -> None:
+        """End a black hole now: new connections are forwarded again (those already frozen stay so)."""
+        def end() -> None:
+            self._blackhole_until = 0.0
+        asyncio.run_coroutine_threadsafe(_call(end), self._loop).result(10)
+
+    def writes(self) -> list[Forwarded]:
+        """The requests that changed something (not GET/watch) and reached the server, in their order."""
+        with self._lock:
+            return [entry for entry in self.forwarded if entry.method not in ('GET', 'HEAD', 'OPTIONS')]
+
     @property
     def open_streams(self) -> int:
         """How many responses are being forwarded right now (watch streams, mostly)."""
@@ -239,6 +266,8 @@ class FaultProxy:
                                                    timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
         except (aiohttp.ClientError, OSError):
             return web.Response(status=502, text='upstream unreachable')
+        with self._lock:
+            self.forwarded.append(Forwarded(time.time(), request.method, request.path, upstream.status))
         try:
             if fault is not None and fault.kind == 'reset-after':
                 await upstream.read()  # the server has done it; the client never hears so

@@ -11,6 +11,7 @@ and whether two replicas ever handled one object at the same time.
 * ``E2E_FAILS``: how many times the ``flaky`` handler fails before it succeeds.
 * ``E2E_DELAY``: its retry delay (seconds).
 * ``E2E_LEASE``, ``E2E_RENEW``, ``E2E_RETRY``: the peering timing, short for tests.
+* ``E2E_REQUEST_TIMEOUT``: the limit of one request (seconds), short for black-holed connections.
 """
 import json
 import os
@@ -43,6 +44,8 @@ def configure(config, **_):
     config.peering.retry_period = float(os.environ.get('E2E_RETRY', '0.5'))
     config.watching.server_timeout = 30
     config.batching.exit_timeout = 5
+    if os.environ.get('E2E_REQUEST_TIMEOUT'):
+        config.networking.request_timeout = float(os.environ['E2E_REQUEST_TIMEOUT'])
 
 
 @kopf.on.create(RESOURCE)

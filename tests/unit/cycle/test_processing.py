@@ -106,18 +106,35 @@ async def test_transient_failures_resend_the_same_patch(aresponses, host, watch,
     for _ in range(3):  # the client's own retries (2) + 1: one failed attempt of processing
         aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=503, text='{}'))
     aresponses.add(host, PATH, 'PATCH', patched(sent, '2'))
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.DEBUG):
         outcome = await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
     assert sent == [patch]
     assert outcome.resource_version == '2'
     assert 'attempt 1 of' in caplog.text
+    # The server was away (503): said once, and that it is back; the attempts themselves are debug lines.
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 2 and 'unreachable' in warnings[0] and 'reachable again' in warnings[1], warnings
+
+
+async def test_a_failing_patch_of_one_object_is_a_warning_of_its_own(aresponses, host, watch, result, caplog):
+    sent = []
+    patch = {'metadata': {'annotations': {'kopf.zalando.org/fn': '{"success":true}'}}}
+    result(patch)
+    for _ in range(3):
+        aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=500, text='{}'))
+    aresponses.add(host, PATH, 'PATCH', patched(sent, '2'))
+    with caplog.at_level(logging.WARNING):
+        await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
+    assert sent == [patch]
+    assert 'Failed to patch the object (attempt 1 of' in caplog.text
+    assert 'unreachable' not in caplog.text
 
 
 async def test_a_gone_object_ends_the_processing_quietly(aresponses, host, watch, result):
     result({'metadata': {'annotations': {'a': 'b'}}}, delay=1)
     aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=404, text='{}'))
     outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
-    assert outcome == processing.ProcessingOutcome()
+    assert outcome == processing.ProcessingOutcome(gone=True)  # its worker awaits the deletion, nothing older
 
 
 async def test_a_rejected_patch_is_reported_and_retried_later(aresponses, host, watch, result, caplog):

@@ -200,6 +200,20 @@ async def test_a_deletion_counts_as_consistent_with_our_last_patch(monkeypatch, 
     assert clock.monotonic() - started < 2  # not held back until the timeout
 
 
+async def test_after_our_patch_found_the_object_gone_older_events_are_not_handled(clock):
+    """E.g. our finalizer removal deleted it: an event from before (our finalizer still on it) would re-run handlers."""
+    seen = []
+
+    async def processor(raw_event, woken_up):
+        seen.append((raw_event['type'], raw_event['object']['metadata']['resourceVersion']))
+        await clock.sleep(0.3)  # the other operator's change arrives meanwhile
+        return ProcessingOutcome(gone=True) if len(seen) == 1 else ProcessingOutcome()
+
+    events = [event('a', 1), 0.1, event('a', 2), 0.5, event('a', 3, 'DELETED')]
+    await watch_objects(clock, stream=feed(clock, events, hold=0.3), processor=processor, settings=Settings())
+    assert seen == [('MODIFIED', '1'), ('DELETED', '3')]
+
+
 async def test_our_patch_seen_while_still_handling_is_not_awaited_again(monkeypatch, clock):
     monkeypatch.setattr(queueing, 'CONSISTENCY_TIMEOUT', 3.0)
     seen = []

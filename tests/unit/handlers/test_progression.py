@@ -99,6 +99,7 @@ def test_record_round_trip(clock):
     record = state.as_record()
     assert record == {
         'started': '2020-01-01T00:00:00+00:00', 'stopped': None, 'delayed': '2020-01-01T00:00:05+00:00',
+        'scheduled': '2020-01-01T00:00:00+00:00',
         'retries': 1, 'success': None, 'failure': None, 'message': 'later', 'subrefs': None,
     }
     restored = HandlerState.from_record(record, clock=clock)

@@ -3,6 +3,7 @@ import asyncio
 import base64
 import dataclasses
 import datetime
+import gzip
 import itertools
 import logging
 
@@ -15,6 +16,7 @@ from kopf._kube.errors import (
     APIConnectionError,
     APIError,
     APIForbiddenError,
+    APIMalformedResponseError,
     APINotFoundError,
     APIServerError,
     APITooManyRequestsError,
@@ -86,10 +88,20 @@ async def test_request_retries_5xx_then_succeeds(context, aresponses, host, hist
     with caplog.at_level(logging.WARNING, logger='kopf._kube.session'):
         assert await context.request('GET', '/x') == {'ok': True}
     assert len(history()) == 2
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1
-    assert 'busy' in warnings[0].getMessage()
-    assert 'retry 1 of 2' in warnings[0].getMessage()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2  # the server is away (503), and back
+    assert 'The Kubernetes API is unreachable: GET' in warnings[0] and 'busy' in warnings[0]
+    assert 'The Kubernetes API is reachable again after' in warnings[1]
+
+
+async def test_request_retries_500_with_a_warning_of_its_own(context, aresponses, host, history, caplog):
+    aresponses.add(host, '/x', 'GET', status_response(aresponses, 500, 'InternalError', 'broken'))
+    aresponses.add(host, '/x', 'GET', {'ok': True})
+    with caplog.at_level(logging.WARNING, logger='kopf._kube.session'):
+        assert await context.request('GET', '/x') == {'ok': True}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1  # one request has failed; the server is there
+    assert 'broken' in warnings[0] and 'retry 1 of 2' in warnings[0]
 
 
 async def test_request_retries_429(context, aresponses, host, history):
@@ -129,11 +141,15 @@ async def test_request_retries_connection_errors_then_succeeds(context, arespons
 
 async def test_request_gives_up_on_connection_errors_with_a_typed_error(context, aresponses, host, caplog):
     aresponses.add(host, '/x', 'GET', aresponses.RawResponse(b''), repeat=aresponses.INFINITY)
-    with caplog.at_level(logging.WARNING, logger='kopf._kube.session'):
+    with caplog.at_level(logging.DEBUG, logger='kopf._kube.session'):
         with pytest.raises(APIConnectionError, match=r'/x.*3 attempts'):
             await context.request('GET', '/x')
+    # The server is away: that is one warning; the retries are debug lines.
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith('The Kubernetes API is unreachable: GET'), warnings
     # (aiohttp itself may repeat a request once on a dropped keep-alive connection, so count our retries)
-    assert [r.getMessage().endswith(f'(retry {n} of 2).') for n, r in enumerate(caplog.records, 1)] == [True, True]
+    retries = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and 'retry' in r.getMessage()]
+    assert [message.endswith(f'(retry {n} of 2).') for n, message in enumerate(retries, 1)] == [True, True]
 
 
 async def test_request_backoff_grows_and_is_capped(aresponses, host, lapse):
@@ -497,3 +513,39 @@ async def test_every_request_and_watch_is_told_to_the_recorder_with_its_status(c
     assert value('kopf_api_requests_total', {'verb': 'PATCH', 'resource': 'pods', 'code': '409'}) == 1
     assert value('kopf_api_requests_total', {'verb': 'WATCH', 'resource': 'pods', 'code': '200'}) == 1
     assert value('kopf_api_request_duration_seconds_count', {'verb': 'WATCH', 'resource': 'pods'}) == 1
+
+
+@pytest.mark.parametrize('body, content_type', [
+    ('<html><body><h1>502 Bad Gateway</h1></body></html>', 'text/html'),
+    ('{"kind": "KopfExample", "metadata": {"na', 'application/json'),
+])
+async def test_an_answer_that_is_no_json_is_one_warning_and_retried(context, aresponses, host, history, caplog,
+                                                                    body, content_type):
+    aresponses.add(host, '/x', 'PATCH', aresponses.Response(status=200, content_type=content_type, text=body))
+    aresponses.add(host, '/x', 'PATCH', {'ok': True})
+    with caplog.at_level(logging.WARNING, logger='kopf._kube.session'):
+        assert await context.request('PATCH', '/x', json={}) == {'ok': True}
+    assert len(history()) == 2
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "is not the API's JSON (200, " + content_type in warnings[0] and 'retrying in' in warnings[0]
+
+
+async def test_an_answer_that_is_no_text_is_one_warning_and_retried(context, aresponses, host, history, caplog):
+    """E.g. a gzip-compressed list whose Content-Encoding a proxy has dropped: bytes that no codec reads."""
+    compressed = gzip.compress(b'{"kind": "KopfExampleList", "items": []}')
+    aresponses.add(host, '/x', 'GET', aresponses.Response(status=200, content_type='application/json',
+                                                         body=compressed))
+    aresponses.add(host, '/x', 'GET', {'ok': True})
+    with caplog.at_level(logging.WARNING, logger='kopf._kube.session'):
+        assert await context.request('GET', '/x') == {'ok': True}
+    assert len(history()) == 2
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "is not the API's JSON (200, application/json" in warnings[0], warnings
+
+
+async def test_an_answer_that_stays_no_json_is_a_server_error_in_the_end(context, aresponses, host):
+    aresponses.add(host, '/x', 'GET', aresponses.Response(status=200, content_type='text/html', text='<html/>'),
+                   repeat=aresponses.INFINITY)
+    with pytest.raises(APIMalformedResponseError, match="is not the API's JSON"):
+        await context.request('GET', '/x')

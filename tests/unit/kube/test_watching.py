@@ -141,11 +141,14 @@ async def test_large_lines(aresponses, host, watch, stream_response):
     assert summary(events) == [('ADDED', 'big'), ('ADDED', 'small')]
 
 
-async def test_unparseable_lines_are_skipped_with_a_warning(aresponses, host, watch, stream_response, caplog):
+async def test_unparseable_lines_end_the_stream_with_a_warning(aresponses, host, watch, history, stream_response,
+                                                               caplog):
     aresponses.add(host, PATH, 'GET', listing(rv='10'))
     aresponses.add(host, PATH, 'GET', stream_response(b'{not json\n', event('ADDED', obj('c', '11'))))
+    aresponses.add(host, PATH, 'GET', stream_response(event('ADDED', obj('c', '11'))))
     assert summary(await take(watch(), 1)) == [('ADDED', 'c')]
-    assert any('unparseable' in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert [q['resourceVersion'] for q in watch_queries(history)] == ['10', '10']  # again from the same version
+    assert any('unreadable line' in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
 
 
 def test_line_splitter():
@@ -332,14 +335,16 @@ async def test_5xx_backs_off_growing_and_retries_from_the_same_version(aresponse
     aresponses.add(host, PATH, 'GET', status_response(aresponses, 500, 'etcd is sad'))
     aresponses.add(host, PATH, 'GET', status_response(aresponses, 503, 'etcd is still sad'))
     aresponses.add(host, PATH, 'GET', stream_response(event('ADDED', obj('a', '11'))))
-    with caplog.at_level(logging.WARNING, logger='kopf._kube.watching'):
+    with caplog.at_level(logging.WARNING):
         events = await take(watch(), 1)
     assert summary(events) == [('ADDED', 'a')]
     assert [q['resourceVersion'] for q in watch_queries(history)] == ['10', '10', '10']
-    messages = [r.getMessage() for r in caplog.records if r.name == 'kopf._kube.watching']
-    assert len(messages) == 2
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    # A 500 is the watch's own failure; a 503 says that the server is away: said once for all requests.
+    assert len(messages) == 3, messages
     assert 'etcd is sad' in messages[0] and 'reconnecting in 0.01s' in messages[0]
-    assert 'etcd is still sad' in messages[1] and 'reconnecting in 0.02s' in messages[1]
+    assert 'The Kubernetes API is unreachable: the watch of' in messages[1] and 'etcd is still sad' in messages[1]
+    assert 'The Kubernetes API is reachable again' in messages[2]
 
 
 async def test_connection_errors_are_retried(aresponses, host, watch, history, stream_response):
@@ -562,3 +567,45 @@ async def test_a_quiet_watch_packs_its_memory_and_still_reports_vanished_objects
     assert events[0]['object'] == {'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample',
                                    'metadata': {**obj('a', '5')['metadata'], 'labels': {'app': 'x'}}}
     assert events[1]['object']['metadata'] == obj('b', '11')['metadata']
+
+
+# --- Nonsense from the server (a proxy's page, cut-off JSON, missing versions) ----------------------
+
+HTML = '<html><body><h1>Bad Gateway</h1><p>a proxy in between</p></body></html>'
+
+
+@pytest.mark.parametrize('answer', [
+    pytest.param(lambda ar: ar.Response(status=200, content_type='text/html', text=HTML), id='html'),
+    pytest.param(lambda ar: ar.Response(status=200, content_type='application/json',
+                                        text='{"kind": "KopfExampleList", "items": [{"metad'), id='truncated'),
+    pytest.param(lambda ar: {'kind': 'KopfExampleList', 'metadata': {}, 'items': [obj('a', '5')]},
+                 id='no-resource-version'),
+])
+async def test_a_nonsense_listing_is_one_warning_and_listed_again(aresponses, host, watch, history, stream_response,
+                                                                 caplog, answer):
+    aresponses.add(host, PATH, 'GET', answer(aresponses), repeat=1)
+    aresponses.add(host, PATH, 'GET', listing(obj('a', '5'), rv='10'))
+    aresponses.add(host, PATH, 'GET', stream_response(event('ADDED', obj('c', '11'))))
+    with caplog.at_level(logging.WARNING):
+        events = await take(watch(), 2)
+    assert summary(events) == [(None, 'a'), ('ADDED', 'c')]
+    assert watch_queries(history) == [{'watch': 'true', 'allowWatchBookmarks': 'true', 'resourceVersion': '10'}]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert 'Traceback' not in caplog.text
+
+
+async def test_an_unreadable_line_is_watched_again_from_the_last_good_version(aresponses, host, watch, history,
+                                                                               stream_response, caplog):
+    aresponses.add(host, PATH, 'GET', listing(rv='10'))
+    aresponses.add(host, PATH, 'GET', aresponses.Response(
+        status=200, content_type='application/json',
+        text=json.dumps(event('ADDED', obj('a', '11'))) + '\n{"type": "ADDED", "object": {"metad\n'
+        + json.dumps(event('ADDED', obj('c', '13'))) + '\n'))
+    aresponses.add(host, PATH, 'GET', stream_response(event('ADDED', obj('b', '12')), event('ADDED', obj('c', '13'))))
+    with caplog.at_level(logging.WARNING):
+        events = await take(watch(), 3)
+    assert summary(events) == [('ADDED', 'a'), ('ADDED', 'b'), ('ADDED', 'c')]  # nothing lost, nothing skipped
+    assert [q['resourceVersion'] for q in watch_queries(history)] == ['10', '11']
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and 'has sent an unreadable line' in warnings[0], warnings
