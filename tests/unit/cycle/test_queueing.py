@@ -332,3 +332,46 @@ async def test_a_failed_worker_names_its_object_and_the_same_failure_is_not_repe
 def test_objects_are_described_by_kind_namespace_name_and_uid():
     assert queueing.describe(event('u1', 1)) == 'u1 (uid u1)'
     assert queueing.describe({'object': {'kind': 'Node', 'metadata': {'name': 'n1'}}}) == 'Node n1'
+
+
+async def test_a_listing_waits_while_many_listed_objects_wait_for_their_workers(clock, monkeypatch):
+    monkeypatch.setattr(queueing, 'LISTING_BACKLOG', 4, raising=False)
+    pulled = []  # how many objects had been handled when each listed event was taken from the stream
+    handled = []
+
+    async def listing():
+        for i in range(12):
+            pulled.append(len(handled))
+            yield event(f'o{i}', 1, type_=None)
+        await clock.sleep(1.0)
+
+    async def processor(raw_event, woken_up):
+        await clock.sleep(0.2)
+        handled.append(raw_event['object']['metadata']['uid'])
+        return ProcessingOutcome()
+
+    await watch_objects(clock, stream=listing(), processor=processor, settings=Settings())
+    assert len(handled) == 12
+    assert pulled[:5] == [0, 0, 0, 0, 0]  # the first four wait, the fifth is pulled before it waits
+    assert max(i - done for i, done in enumerate(pulled)) <= 4  # never more than the backlog ahead
+
+
+async def test_watch_events_are_never_held_back_by_the_backlog(clock, monkeypatch):
+    monkeypatch.setattr(queueing, 'LISTING_BACKLOG', 2, raising=False)
+    pulled = []
+    handled = []
+
+    async def stream():
+        for i in range(6):
+            pulled.append(len(handled))
+            yield event(f'o{i}', 1, type_='ADDED')
+        await clock.sleep(1.0)
+
+    async def processor(raw_event, woken_up):
+        await clock.sleep(0.2)
+        handled.append(raw_event['object']['metadata']['uid'])
+        return ProcessingOutcome()
+
+    await watch_objects(clock, stream=stream(), processor=processor, settings=Settings())
+    assert pulled == [0] * 6
+    assert len(handled) == 6
