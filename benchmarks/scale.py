@@ -423,10 +423,12 @@ async def _phase(scale: ScaleOptions, framework: Framework, phase: str, logs: Pa
         await asyncio.to_thread(sidebyside._apply_crd, plane)
         if phase == 'chain':
             return await chain(api, plane, framework, scale=scale, logs=logs)
-        figures = Figures(framework.name, 'burst3')
+        if phase not in ('burst1', 'burst3'):
+            raise BenchmarkError(f"No such phase: {phase!r} (chain, burst1, burst3).")
+        figures = Figures(framework.name, phase)
         try:
-            await burst(api, plane, framework, scale=scale, handlers=3, namespace=f'scale3-{framework.name}',
-                        logs=logs, figures=figures, keep=False)
+            await burst(api, plane, framework, scale=scale, handlers=int(phase[-1]),
+                        namespace=f'scale{phase[-1]}-{framework.name}', logs=logs, figures=figures, keep=False)
         except BenchmarkError as e:
             figures.notes.append(f"FAILED: {e}")
         return [figures]
@@ -528,7 +530,8 @@ def parse_args(argv: Sequence[str] | None = None) -> ScaleOptions:
     parser.add_argument('-n', '--objects', type=int, default=ScaleOptions.objects)
     parser.add_argument('--only', choices=['ours', 'kopf'])
     parser.add_argument('--phases', default='chain,burst3',
-                        help="chain (burst with 1 handler, idle, restart, steady) and/or burst3")
+                        help="chain (burst with 1 handler, idle, restart, steady), burst3 (3 handlers), "
+                             "burst1 (the chain's burst alone)")
     parser.add_argument('--steady-rate', type=float, default=ScaleOptions.steady_rate)
     parser.add_argument('--steady-seconds', type=float, default=ScaleOptions.steady_seconds)
     parser.add_argument('--restarts', type=int, default=ScaleOptions.restarts)
