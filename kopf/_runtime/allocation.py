@@ -218,7 +218,7 @@ async def warn_near_memory_limit(
             logger.error(
                 "The operator uses %d MiB of its memory limit of %d MiB (%d%%) and may be killed by the system "
                 "soon: raise the limit to at least %d MiB, or watch fewer objects per operator "
-                "(fewer namespaces, a label selector, or sharding with several replicas).",
+                "(fewer namespaces, or sharding with several replicas).",
                 used // 2**20, bound // 2**20, used * 100 // bound, peak * 3 // 2 // 2**20)
         elif warned and used < clear * bound:
             warned = False

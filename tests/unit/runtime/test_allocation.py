@@ -309,7 +309,7 @@ async def test_nearing_the_memory_limit_is_said_once_with_what_to_do(caplog):
     assert record.getMessage() == (
         "The operator uses 410 MiB of its memory limit of 500 MiB (82%) and may be killed by the system soon: "
         "raise the limit to at least 615 MiB, or watch fewer objects per operator (fewer namespaces, "
-        "a label selector, or sharding with several replicas).")
+        "or sharding with several replicas).")
 
 
 async def test_nearing_the_limit_again_after_a_fall_is_said_again(caplog):
