@@ -485,7 +485,7 @@ def table(results: Sequence[Figures], scale: ScaleOptions) -> str:
             op, limit = target
             ours = values.get('ours')
             met = ours is not None and (ours >= limit if op == '>=' else ours <= limit)
-            verdict = f"{op} {_fmt(limit)}: {'met' if met else 'NOT met'}"
+            verdict = f"{op} {_fmt(limit)}" + ('' if ours is None else f": {'met' if met else 'NOT met'}")
         lines.append(f"| {phase} | {name} | {' | '.join(cells)} | {verdict} |")
     for fig in results:
         for note in fig.notes:
