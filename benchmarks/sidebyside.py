@@ -134,6 +134,9 @@ class Options:
     ours: Path = REPO  # the source tree whose ``kopf`` is "ours"
     baseline: Path | None = None  # another source tree of ours, run as "base" (e.g. before a change)
     c_allocator: bool = False  # ours with CPython's C allocator (PYTHONMALLOC=malloc), the documented opt-in
+    metrics: str | None = None  # also run ours with ``--metrics URL``, as "metrics" (scraped every few seconds)
+    scrape_interval: float = 10.0
+    concurrent: bool = False  # the frameworks of a round run at the same time, under the same load
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,6 +157,8 @@ class RunResult:
     loadavg: tuple[float, float]  # the 1-minute load average before and after the run
     log_errors: int
     handler_calls: int | None  # as counted by the operator itself (excluding the warm-up object)
+    scraped_calls: float | None = None  # kopf_handler_calls_total at the last scrape (warm-up included)
+    scrapes: int = 0  # how many times /metrics was scraped between the two readings
 
     @property
     def rate(self) -> float:
@@ -337,6 +342,8 @@ class Framework:
     name: str
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
+    run_args: tuple[str, ...] = ()  # options of ``kopf run``
+    metrics: str | None = None  # the metrics endpoint that the benchmark scrapes
 
 
 def frameworks(options: Options) -> dict[str, Framework]:
@@ -349,6 +356,10 @@ def frameworks(options: Options) -> dict[str, Framework]:
         found['kopf'] = Framework('kopf', (str(kopf_bin),), tuple(peers.peer_env().items()))
     if options.baseline is not None:
         found['base'] = _ours('base', options.baseline, c_allocator=options.c_allocator)
+    if options.metrics is not None:
+        plain = _ours('metrics', options.ours, c_allocator=options.c_allocator)
+        found['metrics'] = dataclasses.replace(plain, run_args=('--metrics', options.metrics),
+                                               metrics=options.metrics)
     return found
 
 
@@ -373,7 +384,7 @@ class OperatorProcess:
 
     def __init__(self, framework: Framework, *, namespace: str, kubeconfig: Path, log: Path,
                  options: Options) -> None:
-        argv = [*framework.argv, 'run', '--standalone', '-n', namespace, str(OPERATOR_FILE)]
+        argv = [*framework.argv, 'run', '--standalone', *framework.run_args, '-n', namespace, str(OPERATOR_FILE)]
         env = {**dict(framework.env), 'KUBECONFIG': str(kubeconfig),
                'BENCH_HANDLERS': str(options.handlers), 'BENCH_LIFECYCLE': options.lifecycle,
                'BENCH_HANDLER_KIND': options.handler_kind, 'BENCH_EVENTS': 'on' if options.events else 'off',
@@ -566,6 +577,7 @@ async def one_run(api: Api, plane: ControlPlane, framework: Framework, *, round_
                                           window=options.quiet_window, timeout=120)
             before = await api.metrics()
             own_before = collections.Counter(api.own)
+            scraper = Scraper(framework.metrics, options.scrape_interval)
 
             names = [f'obj-{i:05d}' for i in range(options.objects)]
             fds: list[int] = []
@@ -586,6 +598,7 @@ async def one_run(api: Api, plane: ControlPlane, framework: Framework, *, round_
             after = await api.metrics()
             own = collections.Counter(api.own)
             own.subtract(own_before)
+            scraped_calls, scrapes = await scraper.stop()
         counts = apimetrics.delta(apimetrics.delta(after, before), own)
         patches, other, background = split_requests(counts)
         operator.stop()
@@ -597,10 +610,53 @@ async def one_run(api: Api, plane: ControlPlane, framework: Framework, *, round_
             raw_patch_rate=raw_rate, loadavg=(load_before, os.getloadavg()[0]),
             log_errors=operator.error_lines(),
             handler_calls=None if calls is None else calls - options.handlers,  # not the warm-up's
+            scraped_calls=scraped_calls, scrapes=scrapes,
         )
     finally:
         operator.stop()
         await api.remove_namespace(namespace)
+
+
+class Scraper:
+    """Scrapes the operator's metrics every few seconds, as Prometheus would (nothing without an endpoint)."""
+
+    def __init__(self, url: str | None, interval: float) -> None:
+        self.url = url
+        self.interval = interval
+        self.scrapes = 0
+        self.last = ''
+        self._task = asyncio.create_task(self._scrape()) if url is not None else None
+
+    async def _scrape(self) -> None:
+        assert self.url is not None
+        async with aiohttp.ClientSession() as session:
+            while True:
+                await asyncio.sleep(self.interval)
+                await self._once(session)
+
+    async def _once(self, session: aiohttp.ClientSession) -> None:
+        assert self.url is not None
+        try:
+            async with session.get(self.url) as response:
+                self.last = await response.text()
+                self.scrapes += 1
+        except aiohttp.ClientError as e:
+            raise BenchmarkError(f"Cannot scrape the operator's metrics at {self.url}: {e}") from e
+
+    async def stop(self) -> tuple[float | None, int]:
+        """The handler calls as the operator's metrics count them (at a last scrape), and the number of scrapes."""
+        if self._task is None:
+            return None, 0
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        async with aiohttp.ClientSession() as session:
+            await self._once(session)
+        from prometheus_client.parser import text_string_to_metric_families
+        calls = sum(sample.value for family in text_string_to_metric_families(self.last)
+                    if family.name == 'kopf_handler_calls' for sample in family.samples
+                    if sample.name == 'kopf_handler_calls_total')
+        return calls, self.scrapes
 
 
 # --------------------------------------------------------------------------------------------- #
@@ -627,6 +683,7 @@ def format_run(r: RunResult) -> str:
     figures = '  '.join(f"{name} {fmt.format(fn(r))}" for name, fmt, fn in FIGURES)
     extras = (f"  (events/obj {r.events_per_object:.2f}, {r.seconds:.1f}s, max fds {r.max_fds}, "
               f"background {r.background} req, load {r.loadavg[0]:.1f}->{r.loadavg[1]:.1f}"
+              f"{f', {r.scrapes} scrapes, handler calls in the metrics {r.scraped_calls:.0f}' if r.scrapes else ''}"
               f"{f', {r.log_errors} error lines in the log' if r.log_errors else ''})")
     return f"round {r.round} {r.framework:<5} {figures}{extras}"
 
@@ -635,10 +692,11 @@ def summarize(results: Sequence[RunResult], options: Options) -> str:
     by_fw: dict[str, list[RunResult]] = collections.defaultdict(list)
     for r in results:
         by_fw[r.framework].append(r)
-    names = [fw for fw in ('ours', 'base', 'kopf') if fw in by_fw]
+    names = [fw for fw in ('ours', 'metrics', 'base', 'kopf') if fw in by_fw]
     header = f"{'figure':<12}" + ''.join(f"{fw + ' median [min..max]':>30}" for fw in names)
-    ratios = [fw for fw in ('ours', 'base') if fw in by_fw] if 'kopf' in by_fw else []
-    header += ''.join(f"{fw + '/kopf':>11}" for fw in ratios)
+    reference = 'kopf' if 'kopf' in by_fw else 'ours' if 'metrics' in by_fw else None
+    ratios = [fw for fw in ('ours', 'metrics', 'base') if fw in by_fw and fw != reference] if reference else []
+    header += ''.join(f"{fw + '/' + (reference or ''):>14}" for fw in ratios)
     lines = [f"Summary: {options.objects} objects x {options.handlers} handlers, "
              f"lifecycle {options.lifecycle or 'default'}, {options.handler_kind} handlers, "
              f"{'' if options.events else 'no '}events posted, {len(results)} runs", header]
@@ -651,8 +709,9 @@ def summarize(results: Sequence[RunResult], options: Options) -> str:
             cell = f"{fmt.format(medians[fw])} [{fmt.format(min(values))}..{fmt.format(max(values))}]"
             line += f"{cell:>30}"
         for fw in ratios:
-            ratio = medians[fw] / medians['kopf'] if medians['kopf'] >= 0.005 else math.nan  # not of next to nothing
-            line += f"{ratio:>11.2f}"
+            assert reference is not None
+            ratio = medians[fw] / medians[reference] if medians[reference] >= 0.005 else math.nan  # not of ~nothing
+            line += f"{ratio:>14.3f}"
         lines.append(line)
     other_kinds = sorted({kind for r in results for kind in r.other})
     for fw in names:
@@ -681,15 +740,19 @@ async def benchmark(plane: ControlPlane, options: Options, *,
         with _logs_dir(options, keep=lambda: bool(failures)) as logs:
             report(f"Operator logs: {logs}")
             for round_ in range(1, options.rounds + 1):
-                for name in fws:
-                    try:
-                        result = await one_run(api, plane, fws[name], round_=round_, options=options, logs=logs)
-                    except BenchmarkError as e:
-                        failures.append(f"round {round_} {name}: {e}")
-                        report(f"round {round_} {name:<5} FAILED: {e}")
-                        continue
-                    results.append(result)
-                    report(format_run(result))
+                batches = [list(fws)] if options.concurrent else [[name] for name in fws]
+                for batch in batches:
+                    outcomes = await asyncio.gather(*(one_run(api, plane, fws[name], round_=round_, options=options,
+                                                              logs=logs) for name in batch), return_exceptions=True)
+                    for name, outcome in zip(batch, outcomes):
+                        if isinstance(outcome, BenchmarkError):
+                            failures.append(f"round {round_} {name}: {outcome}")
+                            report(f"round {round_} {name:<5} FAILED: {outcome}")
+                        elif isinstance(outcome, BaseException):
+                            raise outcome
+                        else:
+                            results.append(outcome)
+                            report(format_run(outcome))
     finally:
         await api.close()
     for failure in failures:
@@ -758,6 +821,13 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     parser.add_argument('--logs', type=Path, help="keep the operators' logs in this directory")
     parser.add_argument('--ours', type=Path, default=REPO,
                         help="the source tree whose kopf package is 'ours' (default: this repository)")
+    parser.add_argument('--metrics', metavar='URL',
+                        help="also run ours with --metrics URL (e.g. http://127.0.0.1:9464/metrics), as 'metrics', "
+                             "scraped every --scrape-interval seconds")
+    parser.add_argument('--scrape-interval', type=float, default=Options.scrape_interval)
+    parser.add_argument('--concurrent', action='store_true',
+                        help="run the frameworks of a round at the same time (each in its namespace), so that a "
+                             "busy machine loads them alike; only the per-process figures (CPU, memory) hold then")
     parser.add_argument('--baseline', type=Path,
                         help="also run the kopf package of this source tree, as 'base' (e.g. before a change)")
     args = parser.parse_args(argv)
@@ -771,7 +841,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
                    idle_settle=args.idle_settle,
                    quiet_window=args.quiet_window, stall_timeout=args.stall_timeout, json_path=args.json,
                    logs=args.logs, ours=args.ours.resolve(),
-                   baseline=args.baseline.resolve() if args.baseline else None, c_allocator=args.c_allocator)
+                   baseline=args.baseline.resolve() if args.baseline else None, c_allocator=args.c_allocator,
+                   metrics=args.metrics, scrape_interval=args.scrape_interval, concurrent=args.concurrent)
 
 
 async def _main(options: Options) -> list[RunResult]:
@@ -788,7 +859,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parse_args(argv)
     print(f"Side by side: {options.objects} objects x {options.handlers} {options.handler_kind} create handlers, "
           f"lifecycle {options.lifecycle or 'default'}, {options.rounds} round(s) of "
-          f"{' '.join(options.frameworks)}{' base' if options.baseline else ''}; ours from {options.ours}"
+          f"{' '.join(options.frameworks)}{' base' if options.baseline else ''}"
+          f"{' metrics' if options.metrics else ''}; ours from {options.ours}"
           f"{f', base from {options.baseline}' if options.baseline else ''}; released Kopf {options.peer_version}; "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     try:

@@ -162,6 +162,12 @@ def _namespace_patterns(ctx: click.Context, param: click.Parameter, values: tupl
 @click.option('--identity', help="This replica's unique name among its peers (default: host name and a random suffix).")
 @click.option('-L', '--liveness', 'liveness_endpoint', metavar='URL',
               help="Serve a liveness endpoint for Kubernetes probes, e.g. http://0.0.0.0:8080/healthz.")
+@click.option('--readiness', 'readiness_endpoint', metavar='URL',
+              help="Serve the readiness endpoint here, e.g. http://0.0.0.0:8080/readyz (default: /readyz beside "
+                   "the liveness endpoint, else beside the metrics).")
+@click.option('--metrics', 'metrics_endpoint', metavar='URL',
+              help="Serve Prometheus metrics, e.g. http://0.0.0.0:9090/metrics (needs kopf[metrics]; the liveness "
+                   "endpoint's port may be shared).")
 @click.option('-P', '--peering', 'peering_name', metavar='NAME',
               help="Kopf's peering: HA replicas of the Lease NAME (the same as --ha --lease-name NAME).")
 @click.option('-p', '--priority', type=int,
@@ -191,6 +197,8 @@ def run(
         lease_namespace: str | None,
         identity: str | None,
         liveness_endpoint: str | None,
+        readiness_endpoint: str | None,
+        metrics_endpoint: str | None,
         peering_name: str | None,
         priority: int | None,
         verbose: bool,
@@ -253,6 +261,8 @@ def run(
                 identity=identity,
                 priority=priority,
                 liveness_endpoint=liveness_endpoint,
+                readiness_endpoint=readiness_endpoint,
+                metrics_endpoint=metrics_endpoint,
                 stop_flag=controls.stop_flag,
                 ready_flag=controls.ready_flag,
             )
@@ -481,6 +491,9 @@ def _operator_registry(paths: Sequence[str], modules: Sequence[str]) -> Operator
 @click.option('--replicas', type=click.IntRange(min=1), help="How many replicas (default: 1; 2 with --ha/--shards).")
 @click.option('-L', '--liveness', 'liveness_endpoint', metavar='URL',
               help="The liveness endpoint, e.g. http://0.0.0.0:8080/healthz: a port and a probe.")
+@click.option('--metrics', 'metrics_endpoint', metavar='URL',
+              help="The metrics endpoint, e.g. http://0.0.0.0:9090/metrics: a port (and the readiness probe "
+                   "without --liveness).")
 @click.option('--lease-namespace', help="The Leases' namespace (default: the served one, else the operator's).")
 @click.option('--operator-namespace', help="Where the operator runs (default: the served namespace, else 'default').")
 @click.option('--name', help="The name of the operator's objects (default: from its file or module).")
@@ -500,6 +513,7 @@ def manifests(
         shards: bool,
         replicas: int | None,
         liveness_endpoint: str | None,
+        metrics_endpoint: str | None,
         lease_namespace: str | None,
         operator_namespace: str | None,
         name: str | None,
@@ -519,7 +533,7 @@ def manifests(
     load_operator_code(paths, modules)
     request = building.Request(paths=paths, modules=modules, namespaces=namespaces,
                                mode='ha' if ha else 'shards' if shards else None, replicas=replicas,
-                               liveness=liveness_endpoint, lease_namespace=lease_namespace,
+                               liveness=liveness_endpoint, metrics=metrics_endpoint, lease_namespace=lease_namespace,
                                operator_namespace=operator_namespace, name=name, image=image,
                                framework=framework)
     try:

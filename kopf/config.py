@@ -372,6 +372,43 @@ class PeeringConfig:
 
 
 @dataclasses.dataclass
+class MetricsConfig:
+    """
+    Prometheus metrics (``kopf run --metrics URL``; they need ``pip install 'kopf[metrics]'``).
+
+    ``endpoint``: where to serve them, e.g. ``'http://0.0.0.0:9090/metrics'``
+    (the liveness endpoint's port may be shared); ``None``: not served.
+    ``registry``: a ``prometheus_client.CollectorRegistry`` to record into
+    instead of the operator's own (e.g. one that the application serves
+    itself): recording happens when either is set. ``process``: the standard
+    process and Python metrics too (only into the operator's own registry).
+    The names and labels are listed in docs/observability.rst.
+    """
+
+    endpoint: str | None = None
+    registry: Any = None
+    process: bool = True
+
+
+@dataclasses.dataclass
+class TracingConfig:
+    """
+    OpenTelemetry traces (they need ``pip install 'kopf[tracing]'``): a span per handling cycle and handler call.
+
+    ``enabled``: ``None`` (the default) traces when the application has set a
+    tracer provider, or the standard ``OTEL_*`` environment variables name an
+    exporter (``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_TRACES_EXPORTER``);
+    ``False`` never traces. ``provider``: a tracer provider to use instead
+    (e.g. the SDK's with an in-memory exporter, in tests). ``exit_timeout``:
+    how long the last spans are given to be exported at the exit (seconds).
+    """
+
+    enabled: bool | None = None
+    provider: Any = None
+    exit_timeout: float = 2.0
+
+
+@dataclasses.dataclass
 class BackgroundConfig:
     """
     Daemons and timers (Kopf's ``settings.background``): how their stops are waited for.
@@ -429,6 +466,8 @@ class OperatorConfig:
         self.probing = ProbingConfig()
         self.background = BackgroundConfig()
         self.peering = PeeringConfig()
+        self.metrics = MetricsConfig()
+        self.tracing = TracingConfig()
         self.process = ProcessConfig()
         self.scanning = ScanningConfig()
 

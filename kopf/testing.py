@@ -1,6 +1,17 @@
 """
-Testing operators: a real API server for end-to-end tests, and the operator run inside the test.
+Testing operators: fast handler tests in memory, and a real API server with the operator run inside the test.
 
+* :class:`Simulation` (and :func:`handle`, :func:`call_handler`) runs the
+  real handling cycle of one object in memory, without a server: the patch,
+  the handlers called with their keyword arguments, their outcomes and the
+  progress records, in milliseconds; :func:`load_operator` imports an
+  operator's files into a fresh registry for it.
+* The pytest plugin (active wherever kopf is installed; or ``-p kopf.testing``)
+  gives the fixtures ``kopf_cluster``, ``kopf_api``, ``kopf_kubeconfig``,
+  ``kopf_namespace`` and ``kopf_operator``: a local control plane per test
+  session, a namespace per test, the operator in the test
+  (:class:`OperatorInTest`); :func:`wait_until_handled` waits until the
+  operator has handled an object.
 * :class:`KopfRunner` runs ``kopf run ...`` in a background thread exactly
   as the command would; on exit from its ``with`` block it is stopped
   gracefully, and its output, exit code and exception are available for
@@ -16,111 +27,36 @@ binaries; ``python -m kopf.testing up`` runs one until Ctrl-C.
 from __future__ import annotations
 
 import sys
-import threading
-import types
-from collections.abc import Sequence
-from typing import Any
 
-import click.testing
-
-from kopf import cli
-from kopf._handlers.registries import OperatorRegistry
 from kopf._testkit import commands
 from kopf._testkit.controlplane import ControlPlane, ControlPlaneError
+from kopf._testkit.cycles import Call, Cycle, Outcome, Simulation, SimulationError, call_handler, handle, load_operator
 from kopf._testkit.kubeapi import KubeAPI, KubeAPIError, wait_for
-from kopf.config import OperatorConfig
+from kopf._testkit.operators import OperatorInTest, is_handled, wait_until_handled
+from kopf._testkit.runner import KopfRunner
+
+# The pytest plugin, when pytest loads this module as one (``-p kopf.testing``, or the entry point).
+pytest_plugins = ['kopf._testkit.plugin']
 
 __all__ = [
+    'Call',
     'ControlPlane',
     'ControlPlaneError',
+    'Cycle',
     'KopfRunner',
     'KubeAPI',
     'KubeAPIError',
+    'OperatorInTest',
+    'Outcome',
+    'Simulation',
+    'SimulationError',
+    'call_handler',
+    'handle',
+    'is_handled',
+    'load_operator',
     'wait_for',
+    'wait_until_handled',
 ]
-
-
-class KopfRunner:
-    """Runs ``kopf`` CLI commands in a thread; see the module docstring."""
-
-    def __init__(
-            self,
-            args: Sequence[str],
-            *,
-            reraise: bool = True,
-            timeout: float | None = None,
-            ready_timeout: float | None = None,
-            env: dict[str, str | None] | None = None,
-            registry: OperatorRegistry | None = None,
-            settings: OperatorConfig | None = None,
-    ) -> None:
-        self.args = list(args)
-        self.registry = registry
-        self.settings = settings
-        self.reraise = reraise
-        self.timeout = timeout
-        self.ready_timeout = ready_timeout
-        self.env = env
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._result: click.testing.Result | None = None
-
-    def __enter__(self) -> KopfRunner:
-        self._thread = threading.Thread(target=self._target, name='kopf-runner', daemon=True)
-        self._thread.start()
-        if self.ready_timeout is not None:
-            self._ready.wait(timeout=self.ready_timeout)
-        return self
-
-    def __exit__(
-            self,
-            exc_type: type[BaseException] | None,
-            exc_val: BaseException | None,
-            exc_tb: types.TracebackType | None,
-    ) -> None:
-        self._stop.set()
-        assert self._thread is not None
-        self._thread.join(timeout=self.timeout)
-        if self._thread.is_alive():
-            raise TimeoutError(f"The operator did not stop within {self.timeout} seconds.")
-        if self.reraise and exc_val is None and self.exception is not None:
-            if not isinstance(self.exception, SystemExit) or self.exit_code:
-                raise self.exception
-
-    def _target(self) -> None:
-        runner = click.testing.CliRunner()
-        controls = cli.CLIControls(stop_flag=self._stop, ready_flag=self._ready,
-                                   registry=self.registry, settings=self.settings)
-        self._result = runner.invoke(cli.main, self.args, obj=controls, env=self.env, catch_exceptions=True)
-        self._ready.set()  # unblock a waiting __enter__ if the operator failed early
-
-    @property
-    def ready(self) -> bool:
-        return self._ready.is_set()
-
-    @property
-    def finished(self) -> bool:
-        return self._result is not None
-
-    @property
-    def result(self) -> click.testing.Result:
-        if self._result is None:
-            raise RuntimeError("The operator is still running; its result is known after the `with` block.")
-        return self._result
-
-    @property
-    def output(self) -> str:
-        return self.result.output
-
-    @property
-    def exit_code(self) -> int:
-        return self.result.exit_code
-
-    @property
-    def exception(self) -> BaseException | None:
-        exc: Any = self.result.exception
-        return exc  # type: ignore[no-any-return]
 
 
 if __name__ == '__main__':

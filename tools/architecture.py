@@ -31,7 +31,7 @@ BOX_WIDTH, BOX_HEIGHT, GAP_X, GAP_Y, MARGIN = 150, 34, 24, 46, 20
 
 # What each package is, in a few words, under its name in the picture.
 ROLES = {
-    'testing': 'KopfRunner, test kit', '_testkit': 'control plane, cycles', '__main__': 'python -m kopf',
+    'testing': 'KopfRunner, test kit', '_testkit': 'control plane, cycles, plugin', '__main__': 'python -m kopf',
     'cli': 'kopf run, inspect, ...', 'on': 'decorators',
     'typed': 'typed resources', '_manifests': 'CRDs, RBAC, Deployment', '_typed': 'models, CRD schemas',
     '_tools': 'inspect, migrate', '_runtime': 'wiring, activities', '_daemons': 'daemons, timers',

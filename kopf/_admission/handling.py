@@ -28,6 +28,7 @@ from typing import Any
 from kopf._handlers import invocation, registries
 from kopf._handlers.loggers import ObjectLogger
 from kopf._handlers.registries import AdmissionHandler, OperatorRegistry
+from kopf._observability import recording
 from kopf._structs import diffs, patches, reviews
 from kopf._structs.bodies import Body
 from kopf._structs.patches import Patch
@@ -94,10 +95,12 @@ async def serve_admission_request(
             await invocation.invoke(handler.fn, kwargs=kwargs, executor=config.execution.executor)
             contributed = _mutated(mutated, patch) if patch and handler.type == WebhookType.MUTATING else None
         except AdmissionError as e:
+            recording.current().webhook(handler.id, 'rejected')
             logger.info("%s rejected the %s of %s: %s", handler, request.operation, _describe(request), e)
             rejections.append((0, _status(e, handler)))
             continue
         except Exception as e:
+            recording.current().webhook(handler.id, 'ignored_failure' if handler.ignore_failures else 'failed')
             if handler.ignore_failures:
                 logger.warning("%s failed: %s: %s; the request is allowed, as ignore_failures=True.",
                                handler, type(e).__name__, e)
@@ -105,6 +108,7 @@ async def serve_admission_request(
             logger.exception("%s failed; the %s of %s is rejected.", handler, request.operation, _describe(request))
             rejections.append((_precedence(e), {'code': 500, 'message': f"{handler} failed: {type(e).__name__}: {e}"}))
             continue
+        recording.current().webhook(handler.id, 'allowed')
         if contributed is not None:
             mutated = contributed
         elif patch:

@@ -60,6 +60,7 @@ from kopf._kube.errors import (
     APIUnprocessableError,
     too_large,
 )
+from kopf._observability import recording
 from kopf._structs import dormancy
 from kopf._structs.bodies import Body
 from kopf._structs.ephemera import ObjectMemos
@@ -136,12 +137,13 @@ async def process_event(watch: ResourceWatch, raw_event: RawEvent, woken_up: boo
     key = event_key(raw_event)
     attempted: list[HandlerId] = []
     token = execution.attempted.set(attempted)
-    try:
-        return await _process(watch, raw_event, body=body, key=key, woken_up=woken_up, logger=logger)
-    except Exception as e:
-        return _failed(watch, key=key, body=body, error=e, attempted=attempted, logger=logger)
-    finally:
-        execution.attempted.reset(token)
+    with recording.current().cycle(watch.resource, body.raw, raw_event.get('type')):
+        try:
+            return await _process(watch, raw_event, body=body, key=key, woken_up=woken_up, logger=logger)
+        except Exception as e:
+            return _failed(watch, key=key, body=body, error=e, attempted=attempted, logger=logger)
+        finally:
+            execution.attempted.reset(token)
 
 
 async def _process(
@@ -180,6 +182,7 @@ async def _process(
             watch.seen.discard(key)  # the next attempt is still the first sight of it
         raise
     watch.seen.add(key)
+    recording.current().caused(result.cause, result.delay)
     if raw_event.get('type') == 'DELETED':
         watch.seen.discard(key)
         watch.memos.forget(key)
@@ -203,6 +206,7 @@ def _failed(
 ) -> ProcessingOutcome:
     """Report an unexpected failure of an object's handling (unless it was reported lately); retry later."""
     suppressed = watch.repeats.admit((key, *failures.signature(error)))
+    recording.current().cycle_failed(watch.resource)
     ran = ', '.join(repr(handler_id) for handler_id in dict.fromkeys(attempted))
     if suppressed is None:
         logger.debug("The handling has failed again: %s: %s", type(error).__name__, error)
@@ -244,6 +248,7 @@ async def _send(
     if size > MAX_PATCH_SIZE and essential is not None:
         rejection = (f"The patch is too large to be sent ({size:,} bytes; at most {MAX_PATCH_SIZE:,}). "
                      f"Not stored: {', '.join(extras)}.")
+        recording.current().patch_refused(watch.resource, 'too_large')
         if not essential:
             logger.error("%s", rejection)
             return ProcessingOutcome(delay=delay)
@@ -266,9 +271,11 @@ async def _send(
                                                namespace=namespace, name=name, patch=patch, logger=logger)
         except APIConflictError:
             logger.debug("The object has changed meanwhile; re-sending the patch based on the fresh object.")
+            recording.current().patch_refused(watch.resource, 'conflict_rebased')
             conflicted = True
             continue
         except (APIUnauthorizedError, APITooManyRequestsError) as e:
+            recording.current().patch_refused(watch.resource, 'deferred')
             _give_up(watch, body, e, logger, f"{rejection} " if rejection else '', _unsendable(e, watch))
             watch.unsent[key] = Unsent(patch=patch, delay=delay, essential=essential, extras=extras, fns=tuple(fns))
             return ProcessingOutcome(delay=REJECTED_PATCH_DELAY)
@@ -278,6 +285,7 @@ async def _send(
                                attempt, PATCH_ATTEMPTS, _explain(e))
                 await asyncio.sleep(PATCH_PAUSE * attempt)
                 continue
+            recording.current().patch_refused(watch.resource, 'too_large' if too_large(e) else 'rejected')
             if essential is not None:
                 # The handlers' results or changes may be what the server refuses: never lose the progress to them.
                 rejection = f"{_refusal(e)}. Not stored: {', '.join(extras)}."
@@ -293,6 +301,7 @@ async def _send(
             logger.warning("Failed to patch the object (attempt %d of %d): %s", attempt, PATCH_ATTEMPTS, e)
             await asyncio.sleep(PATCH_PAUSE * attempt)
             continue
+        recording.current().patched(watch.resource, patch)
         if patched is None:
             return ProcessingOutcome()  # gone meanwhile: nothing left to do
         if rejection:

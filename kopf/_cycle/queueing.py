@@ -28,6 +28,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 from kopf._cycle import failures
+from kopf._observability.recording import NULL_QUEUE, QueueProbe
 from kopf._structs.bodies import object_key
 from kopf._structs.clocks import SYSTEM_CLOCK, Clock
 from kopf._structs.typedefs import RawEvent
@@ -108,9 +109,10 @@ async def watch_objects(
         processor: Processor,
         settings: BatchingSettings,
         gate: Gate | None = None,
+        probe: QueueProbe = NULL_QUEUE,
         clock: Clock = SYSTEM_CLOCK,
 ) -> None:
-    """Route every event of a stream to its object's worker until the stream ends."""
+    """Route every event of a stream to its object's worker until the stream ends; ``probe`` observes the queue."""
     mailboxes: dict[str, _Mailbox] = {}
     limiter = asyncio.Semaphore(settings.worker_limit) if settings.worker_limit else None
     repeats = failures.RepeatLimiter()
@@ -130,11 +132,12 @@ async def watch_objects(
                 mailbox = mailboxes[key] = _Mailbox(backlog)
                 mailbox.task = asyncio.create_task(
                     _worker(key, mailbox=mailbox, processor=processor, settings=settings, limiter=limiter,
-                            gate=gate, clock=clock),
+                            gate=gate, probe=probe, clock=clock),
                     name=f"kopf worker {key}")
                 mailbox.task.add_done_callback(
-                    functools.partial(_forget, key, mailbox, mailboxes, describe(raw_event), repeats))
+                    functools.partial(_forget, key, mailbox, mailboxes, describe(raw_event), repeats, probe))
             mailbox.put(raw_event)
+            probe.arrived(key, deleted=raw_event.get('type') == 'DELETED')
             del raw_event, mailbox  # while awaiting the next event, only the workers hold objects
     finally:
         await _stop_workers([m.task for m in mailboxes.values() if m.task is not None],
@@ -261,6 +264,7 @@ def _forget(
         mailboxes: dict[str, _Mailbox],
         what: str,
         repeats: failures.RepeatLimiter,
+        probe: QueueProbe,
         task: asyncio.Task[None],
 ) -> None:
     """
@@ -273,6 +277,7 @@ def _forget(
     """
     if mailboxes.get(key) is mailbox:
         del mailboxes[key]
+        probe.forget(key)
     mailbox.settle(ended=True)  # an event left unhandled (e.g. the worker was cancelled) waits no more
     error = None if task.cancelled() else task.exception()
     if error is not None:
@@ -307,6 +312,7 @@ async def _worker(
         settings: BatchingSettings,
         limiter: asyncio.Semaphore | None,
         gate: Gate | None = None,
+        probe: QueueProbe = NULL_QUEUE,
         clock: Clock = SYSTEM_CLOCK,
 ) -> None:
     """Handle one object's events until it is gone, idle for a while, or not ours any more."""
@@ -318,6 +324,7 @@ async def _worker(
             return  # idle: the object will get a new worker with its next event
         raw_event, woken_up = step
         del step
+        probe.taken(key, woken_up=woken_up)
         async with limiter if limiter is not None else contextlib.nullcontext():
             async with gate.handling(key) if gate is not None else contextlib.nullcontext(True) as admitted:
                 if not admitted:

@@ -32,8 +32,10 @@ from kopf._handlers import execution, invocation
 from kopf._handlers.arguments import Arguments, ObjectArguments
 from kopf._handlers.execution import HandlerOutcome
 from kopf._handlers.progression import HandlerState
+from kopf._handlers.registries import TimerHandler
 from kopf._kube import patching
 from kopf._kube.auth import APIContext
+from kopf._observability import recording
 from kopf._structs import hierarchies
 from kopf._structs.bodies import Body
 from kopf._structs.patches import Patch
@@ -55,9 +57,12 @@ async def attempt(runner: Runner, state: HandlerState, *, patcher: Patcher) -> H
     handler, obj = runner.handler, runner.obj
     patch = Patch()
     arguments = kwargs(runner, patch, state)
-    outcome = await execution.attempt(handler, state, call=functools.partial(invoke, runner, arguments),
-                                      logger=obj.logger,
-                                      default_backoff=obj.operator.config.execution.default_backoff)
+    kind = 'timer' if isinstance(handler, TimerHandler) else 'daemon'
+    with recording.current().handler(obj.resource, kind, handler.id) as call_scope:
+        outcome = await execution.attempt(handler, state, call=functools.partial(invoke, runner, arguments),
+                                          logger=obj.logger,
+                                          default_backoff=obj.operator.config.execution.default_backoff)
+        call_scope.ended(final=outcome.final, error=outcome.exception)
     del arguments
     if outcome.final and outcome.exception is None and outcome.result is not None:
         patch.status[handler.id] = outcome.result

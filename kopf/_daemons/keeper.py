@@ -70,6 +70,7 @@ from kopf._daemons.objects import KeptObject, Runner
 from kopf._handlers.arguments import Arguments
 from kopf._handlers.reasons import Reason
 from kopf._handlers.registries import DaemonHandler, OperatorRegistry, ResourceKey, SpawningHandler
+from kopf._observability import recording
 from kopf._structs.bodies import object_key
 from kopf._structs.clocks import SYSTEM_CLOCK, Clock
 from kopf._structs.stoppers import DaemonStoppingReason
@@ -250,6 +251,7 @@ class Daemons:
         runner.task = asyncio.create_task(run(runner, clock=self._clock, patcher=self._patcher),
                                           name=f"kopf {handler} of {obj.describe()}")
         runner.task.add_done_callback(functools.partial(self._ended, runner))
+        recording.current().daemon_started(obj.resource, _kind(handler))
         obj.runners[handler.id] = runner
         self._runners.add(runner)
         if self._fence is not None and self._patrol is None:
@@ -292,6 +294,7 @@ class Daemons:
             runner.task.cancel()
 
     def _ended(self, runner: Runner, task: asyncio.Task[None]) -> None:
+        recording.current().daemon_ended(runner.obj.resource, _kind(runner.handler))
         self._depart(runner)
         self._runners.discard(runner)
         obj = runner.obj
@@ -353,3 +356,8 @@ class Daemons:
                   for runner in stopping_now]
         obj.logger.debug("The deletion waits for %s to stop.", ', '.join(str(r.handler) for r in stopping_now))
         return Holding(delay=min(delays))
+
+
+def _kind(handler: SpawningHandler) -> str:
+    """How metrics name the kind of a spawning handler."""
+    return 'daemon' if isinstance(handler, DaemonHandler) else 'timer'

@@ -20,6 +20,7 @@ from kopf._daemons.objects import Runner
 from kopf._daemons.schedule import Act, Timeline, TimerOptions
 from kopf._handlers.progression import HandlerState
 from kopf._handlers.registries import TimerHandler
+from kopf._observability import recording
 from kopf._structs.clocks import Clock
 from kopf._structs.patches import Patch
 
@@ -40,6 +41,7 @@ async def run_daemon(runner: Runner, *, clock: Clock, patcher: Patcher) -> None:
         if runner.stopper.is_set():
             return
         state = state.with_outcome(outcome)
+        recording.current().daemon_restarted(obj.resource, handler.id, 'daemon')
         if await waiting.stopped_within(runner.stopper, clock, outcome.delay or 0):
             return
 
@@ -77,6 +79,7 @@ async def run_timer(runner: Runner, *, clock: Clock, patcher: Patcher) -> None:
                 state = HandlerState.from_scratch(clock=clock)  # a success starts the retries anew
             else:
                 state = state.with_outcome(outcome)
+                recording.current().daemon_restarted(obj.resource, handler.id, 'timer')
 
 
 async def initial_delay(runner: Runner, *, clock: Clock) -> bool:

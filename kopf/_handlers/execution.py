@@ -45,6 +45,7 @@ from kopf import errors
 from kopf._handlers import filters, invocation, subhandling
 from kopf._handlers.arguments import Arguments, Attempts
 from kopf._handlers.registries import DEFAULT_BACKOFF, BaseHandler, ChangingHandler, WatchingHandler
+from kopf._observability import recording
 from kopf._structs.ids import HandlerId
 from kopf._structs.typedefs import Logger
 from kopf.errors import (
@@ -65,6 +66,18 @@ MAX_RESULT_DEPTH = 100
 
 # The handlers attempted in the current handling cycle, in order, if the caller keeps count (for its messages).
 attempted: contextvars.ContextVar[list[HandlerId] | None] = contextvars.ContextVar('kopf.attempted', default=None)
+
+
+class Observer(Protocol):
+    """Who watches the handlers of a cycle run in memory (the test kit): every call, and every outcome."""
+
+    def called(self, handler: BaseHandler, kwargs: Mapping[str, Any]) -> None: ...
+
+    def judged(self, handler: BaseHandler, outcome: HandlerOutcome) -> None: ...
+
+
+# Set only by the test kit around a cycle it runs; nobody observes a running operator.
+observer: contextvars.ContextVar[Observer | None] = contextvars.ContextVar('kopf.observer', default=None)
 
 
 class ResultError(Exception):
@@ -179,7 +192,11 @@ async def run_changing(
     if trail is not None:
         trail.append(handler.id)
 
+    watcher = observer.get()
+
     async def call() -> Any:
+        if watcher is not None:
+            watcher.called(handler, kwargs)
         token = subhandling.subhandling_context.set(context)
         try:
             result = await invocation.invoke(handler.fn, kwargs=kwargs, executor=executor, stopwatch=stopwatch)
@@ -189,8 +206,14 @@ async def run_changing(
         return storable(handler, result)
 
     default_backoff = arguments.operator.config.execution.default_backoff
-    outcome = await attempt(handler, past, call=call, logger=logger, default_backoff=default_backoff)
-    return dataclasses.replace(outcome, subrefs=frozenset(context.executed))
+    resource, cause = arguments.object.resource if arguments.object else None, arguments.cause
+    with recording.current().handler(resource, cause.reason.value if cause else '', handler.id) as call_scope:
+        outcome = await attempt(handler, past, call=call, logger=logger, default_backoff=default_backoff)
+        call_scope.ended(final=outcome.final, error=outcome.exception)
+    outcome = dataclasses.replace(outcome, subrefs=frozenset(context.executed))
+    if watcher is not None:
+        watcher.judged(handler, outcome)
+    return outcome
 
 
 def _sub_selector(parent: Arguments, *, logger: Logger) -> subhandling.SubSelector:
@@ -225,12 +248,20 @@ async def run_watching(
         logger: Logger,
 ) -> None:
     """An event handler: one call, no state, no retries; its errors are only logged."""
+    kwargs = arguments.for_handler(handler).render()
+    watcher = observer.get()
+    if watcher is not None:
+        watcher.called(handler, kwargs)
     try:
-        await invocation.invoke(handler.fn, kwargs=arguments.for_handler(handler).render(), executor=executor)
-    except Exception:
+        await invocation.invoke(handler.fn, kwargs=kwargs, executor=executor)
+    except Exception as e:
         logger.exception("%s has failed; event handlers are not retried.", handler)
+        if watcher is not None:
+            watcher.judged(handler, HandlerOutcome(final=True, exception=e))
     else:
         logger.info("%s succeeded.", handler)  # as Kopf logs it, for every event
+        if watcher is not None:
+            watcher.judged(handler, HandlerOutcome(final=True))
 
 
 def _exhausted(

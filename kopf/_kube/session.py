@@ -37,6 +37,7 @@ from kopf._kube.credentials import Accepted, Credentials, accept, needs_new_conn
 from kopf._kube.errors import APIConnectionError, APIError, APIUnauthorizedError, check_response
 from kopf._kube.retrying import RetryPolicy
 from kopf._kube.slots import MAX_CONCURRENT_REQUESTS, RequestSlots
+from kopf._observability import recording
 from kopf._structs.clocks import SYSTEM_CLOCK, Clock
 from kopf._structs.credentials import AiohttpSession, ConnectionInfo
 from kopf._structs.resources import ParamValue, build_query
@@ -276,13 +277,16 @@ class APIContext:
             await self._renew_if_expiring()
             version = self.credentials.version
             try:
-                async with self.slots, self.session.request(
-                        method, url, data=data, headers={**self.auth_headers(), **extra_headers},
-                        timeout=client_timeout, proxy=self.info.proxy_url,
-                ) as response:
-                    await check_response(response)
-                    text = await response.text()
-                    return jsonlib.loads(text) if text.strip() else None
+                async with self.slots:
+                    with recording.current().api_request(method, url) as call:
+                        async with self.session.request(
+                                method, url, data=data, headers={**self.auth_headers(), **extra_headers},
+                                timeout=client_timeout, proxy=self.info.proxy_url,
+                        ) as response:
+                            call.answered(response.status)
+                            await check_response(response)
+                            text = await response.text()
+                            return jsonlib.loads(text) if text.strip() else None
             except (APIError, *retrying.TRANSIENT_ERRORS) as e:
                 decision = retrying.decide(self.policy, attempts, e, what=f"{method} {url}",
                                            timeout=client_timeout.total)
@@ -299,6 +303,7 @@ class APIContext:
                 attempts = decision.attempts
 
     def _log_retry(self, retry: retrying.Retry, *, method: str, url: str) -> None:
+        recording.current().api_retry(method, url, throttled=retry.throttled, delay=retry.delay)
         if retry.throttled:
             self.logger.warning("%s %s: the server is overloaded (429 Too Many Requests); "
                                 "retrying in %.2fs as asked (%d of %d).",
@@ -343,9 +348,11 @@ class APIContext:
             await self._renew_if_expiring()
             version = self.credentials.version
             try:
-                opening = self.session.request(method, url, headers={**self.auth_headers(), **(headers or {})},
-                                               timeout=client_timeout, proxy=self.info.proxy_url)
-                response = await asyncio.wait_for(opening, timeout=self.timeout)
+                with recording.current().api_request(method, url) as call:
+                    opening = self.session.request(method, url, headers={**self.auth_headers(), **(headers or {})},
+                                                   timeout=client_timeout, proxy=self.info.proxy_url)
+                    response = await asyncio.wait_for(opening, timeout=self.timeout)
+                    call.answered(response.status)
             except asyncio.TimeoutError:
                 raise
             except aiohttp.ClientConnectionError as e:

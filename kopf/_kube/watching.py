@@ -42,6 +42,8 @@ from kopf._kube.errors import (
 )
 from kopf._kube.fetching import ListPage, list_objs, list_pages
 from kopf._kube.session import APIContext
+from kopf._observability import recording
+from kopf._observability.recording import WatchProbe
 from kopf._structs import dormancy
 from kopf._structs.bodies import object_key
 from kopf._structs.clocks import Clock
@@ -106,6 +108,7 @@ async def infinite_watch(
     log: Logger = logger if logger is not None else logging.getLogger(__name__)
     stopper = _Stopper(stop, clock=context.clock)
     tracker = _Tracker(log)
+    probe = recording.current().watch(resource, namespace)
     delay = settings.reconnect_backoff
     where = f"{resource}" + (f" in {namespace!r}" if namespace is not None else "")
     while not stopper.is_set():
@@ -137,6 +140,7 @@ async def infinite_watch(
                     return
                 items, resource_version = listing
                 delay = settings.reconnect_backoff
+                probe.listed(len(items))
                 for event in tracker.relisted(items, resource_version):
                     yield event
                     if stopper.is_set():
@@ -147,38 +151,55 @@ async def infinite_watch(
             stream = _watch_once(context=context, resource=resource, namespace=namespace,
                                  settings=settings, resource_version=tracker.resource_version,
                                  stopper=stopper, log=log)
-            async with contextlib.aclosing(stream):
+            async with contextlib.aclosing(stream), _open(probe):
                 async for raw in stream:
                     if raw is _OPENED:
                         delay = settings.reconnect_backoff  # the server is there and accepts us
+                        probe.opened()
                         continue
                     watched = tracker.watched(raw)
                     if watched is not None:
+                        probe.event(str(watched['type']))
                         yield watched
                     if stopper.is_set():
                         return
+            probe.restarted('closed')
             log.debug("The watch of %s has ended; continuing from resourceVersion %r.",
                       where, tracker.resource_version)
             continue
         except APIGoneError:
+            probe.restarted('expired')
             log.info("The resourceVersion %r of %s has expired; relisting.", tracker.resource_version, where)
             tracker.resource_version = None
             continue
         except asyncio.TimeoutError:
+            probe.restarted('timeout')
             log.debug("The watch of %s has timed out; continuing from resourceVersion %r.",
                       where, tracker.resource_version)
             continue
         except WatchStalledError as e:
+            probe.restarted('stalled')
             log.warning("The watch of %s %s: the connection is probably dead; "
                         "reconnecting from resourceVersion %r in %.2fs.", where, e, tracker.resource_version, delay)
         except APITooManyRequestsError as e:
+            probe.restarted('throttled')
             delay = max(delay, e.retry_after or 0.0)
             log.warning("The watch of %s is throttled by the server (429 Too Many Requests); "
                         "reconnecting in %.2fs.", where, delay)
         except (APIServerError, APIConnectionError, aiohttp.ClientError) as e:
+            probe.restarted('error')
             log.warning("The watch of %s has failed: %s; reconnecting in %.2fs.", where, e, delay)
         await stopper.sleep(delay)
         delay = min(delay * 2, max(settings.max_reconnect_backoff, settings.reconnect_backoff))
+
+
+@contextlib.asynccontextmanager
+async def _open(probe: WatchProbe) -> AsyncIterator[None]:
+    """A watch request's lifetime, for the probe: it is closed whatever ends it."""
+    try:
+        yield
+    finally:
+        probe.closed()
 
 
 class WatchStalledError(Exception):

@@ -47,6 +47,7 @@ class Request:
     mode: str | None = None  # None: as the startup handlers configure it
     replicas: int | None = None
     liveness: str | None = None
+    metrics: str | None = None
     lease_namespace: str | None = None
     operator_namespace: str | None = None
     name: str | None = None
@@ -100,7 +101,9 @@ async def build(request: Request, registry: OperatorRegistry) -> Manifests:
         name=name, namespace=operator_namespace, image=request.image or f"{name}:latest",
         paths=tuple(Path(path).name for path in request.paths), modules=request.modules,
         namespaces=request.namespaces, mode=mode, replicas=request.replicas, liveness=request.liveness,
-        webhook_port=_webhook_port(registry, config), extras=_extras(classes, registry, config),
+        metrics=request.metrics or config.metrics.endpoint,
+        webhook_port=_webhook_port(registry, config),
+        extras=_extras(classes, registry, config, metrics=bool(request.metrics or config.metrics.endpoint)),
         framework=request.framework)
     deployed = [deployment.service_account(options)]
     rbac = rules.roles(derived, facts=operator_facts, subject=subject)
@@ -217,9 +220,12 @@ def _webhook_port(registry: OperatorRegistry, config: OperatorConfig) -> int | N
     return port if registry.has_admission_handlers() and isinstance(port, int) else None
 
 
-def _extras(classes: Sequence[Any], registry: OperatorRegistry, config: OperatorConfig) -> tuple[str, ...]:
-    """The framework's extras that the operator uses: typed resources, self-signed webhook certificates."""
+def _extras(classes: Sequence[Any], registry: OperatorRegistry, config: OperatorConfig, *,
+            metrics: bool = False) -> tuple[str, ...]:
+    """The framework's extras that the operator uses: typed resources, webhook certificates, metrics."""
     extras = ['typed'] if classes else []
+    if metrics:
+        extras.append('metrics')
     server = config.admission.server
     if registry.has_admission_handlers() and server is not None and getattr(server, 'certfile', True) is None:
         extras.append('webhooks')

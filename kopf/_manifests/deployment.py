@@ -8,7 +8,9 @@ run several replicas (two by default) with a PodDisruptionBudget: for HA,
 one replica always stays (``minAvailable: 1``); for shards, one is taken
 away at a time (``maxUnavailable: 1``), so that the others take its objects
 over. Each endpoint the options ask for is a container port, and a probe
-where Kubernetes has one for it (liveness).
+where Kubernetes has one for it: liveness, and readiness (``/readyz``,
+which the operator serves beside the liveness endpoint, else beside the
+metrics). Endpoints that share a port share its container port.
 
 Each output (an endpoint's port, a probe) is a row of :data:`ENDPOINTS`,
 so that a feature that adds an endpoint adds its row there.
@@ -37,6 +39,7 @@ class Options:
     mode: str = 'standalone'
     replicas: int | None = None
     liveness: str | None = None
+    metrics: str | None = None
     webhook_port: int | None = None
     extras: tuple[str, ...] = ()  # the framework's extras that the operator needs
     framework: str | None = None  # a pip requirement of the framework; None: a wheel beside the Dockerfile
@@ -63,12 +66,28 @@ def _liveness(options: Options) -> Endpoint | None:
     return Endpoint(name='liveness', port=url.port or 80, probe='livenessProbe', path=url.path or '/')
 
 
+def _metrics(options: Options) -> Endpoint | None:
+    if options.metrics is None:
+        return None
+    url = urllib.parse.urlsplit(options.metrics)
+    return Endpoint(name='metrics', port=url.port or 80, path=url.path or '/')
+
+
+def _readiness(options: Options) -> Endpoint | None:
+    """``/readyz``, on the port of the liveness endpoint, else on that of the metrics."""
+    beside = options.liveness or options.metrics
+    if beside is None:
+        return None
+    url = urllib.parse.urlsplit(beside)
+    return Endpoint(name='readiness', port=url.port or 80, probe='readinessProbe', path='/readyz')
+
+
 def _webhooks(options: Options) -> Endpoint | None:
     return Endpoint(name='webhooks', port=options.webhook_port) if options.webhook_port is not None else None
 
 
 # The endpoints that options imply, one row each.
-ENDPOINTS: tuple[Callable[[Options], Endpoint | None], ...] = (_liveness, _webhooks)
+ENDPOINTS: tuple[Callable[[Options], Endpoint | None], ...] = (_liveness, _metrics, _readiness, _webhooks)
 
 
 def endpoints(options: Options) -> list[Endpoint]:
@@ -89,6 +108,8 @@ def command(options: Options) -> list[str]:
         args.append(f'--{options.mode}')
     if options.liveness is not None:
         args += ['--liveness', options.liveness]
+    if options.metrics is not None:
+        args += ['--metrics', options.metrics]
     return args
 
 
@@ -107,11 +128,14 @@ def deployment(options: Options) -> dict[str, Any]:
                             'capabilities': {'drop': ['ALL']}},
     }
     found = endpoints(options)
-    if found:
-        container['ports'] = [{'name': e.name, 'containerPort': e.port} for e in found]
+    ports: dict[int, str] = {}  # one container port per port number: the first endpoint on it names it
+    for endpoint in found:
+        ports.setdefault(endpoint.port, endpoint.name)
+    if ports:
+        container['ports'] = [{'name': name, 'containerPort': port} for port, name in ports.items()]
     for endpoint in found:
         if endpoint.probe is not None:
-            container[endpoint.probe] = {'httpGet': {'path': endpoint.path, 'port': endpoint.name},
+            container[endpoint.probe] = {'httpGet': {'path': endpoint.path, 'port': ports[endpoint.port]},
                                          'periodSeconds': 10, 'failureThreshold': 3}
     strategy = {'type': 'Recreate'} if options.mode == 'standalone' else {
         'type': 'RollingUpdate', 'rollingUpdate': {'maxUnavailable': 1, 'maxSurge': 1}}

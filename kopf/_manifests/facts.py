@@ -41,6 +41,9 @@ SUBHANDLING = frozenset({'register', 'execute', 'subhandler', 'this'})
 # The functions that post Kubernetes Events explicitly (kopf.event, kopf.info, ...).
 POSTING = frozenset({'event', 'info', 'warn', 'exception'})
 
+# The functions that create or change objects by server-side apply (kopf.apply, kopf.apply_async).
+APPLYING = frozenset({'apply', 'apply_async'})
+
 # Where a storage keeps its records.
 ANNOTATIONS, STATUS, CONFIGMAPS, OUTSIDE = 'annotations', 'status', 'configmaps', 'outside'
 
@@ -67,6 +70,7 @@ class Served:
     writes_status: bool  # patched at the /status subresource
     rereads: bool  # read by name when a patch of the finalizer conflicts
     posts: bool  # Events are posted about its objects
+    applied: bool = False  # owned children: created and changed by server-side apply (kopf.apply)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +157,16 @@ def returns_value(fn: Callable[..., Any]) -> bool:
 
 def posts_events(fn: Callable[..., Any]) -> bool:
     """Whether a handler posts Events itself: calls ``kopf.event/info/warn/exception`` (read from its bytecode)."""
+    return calls_kopf(fn, POSTING, 'kopf._runtime.posting')
+
+
+def applies_objects(fn: Callable[..., Any]) -> bool:
+    """Whether a handler creates or changes objects by server-side apply: calls ``kopf.apply`` (from its bytecode)."""
+    return calls_kopf(fn, APPLYING, 'kopf._kube.applying')
+
+
+def calls_kopf(fn: Callable[..., Any], names: frozenset[str], module: str) -> bool:
+    """Whether a function calls one of kopf's functions: as ``kopf.<name>``, or imported from ``module``."""
     code = getattr(inspect.unwrap(fn), '__code__', None)
     if code is None:
         return False
@@ -160,12 +174,12 @@ def posts_events(fn: Callable[..., Any]) -> bool:
     instructions = list(dis.get_instructions(code))
     for before, instruction in itertools.pairwise(instructions):
         if (before.opname == 'LOAD_GLOBAL' and str(before.argval) == 'kopf'
-                and instruction.opname in ('LOAD_ATTR', 'LOAD_METHOD') and instruction.argval in POSTING):
+                and instruction.opname in ('LOAD_ATTR', 'LOAD_METHOD') and instruction.argval in names):
             return True
     for instruction in instructions:
-        if instruction.opname == 'LOAD_GLOBAL' and str(instruction.argval) in POSTING:
+        if instruction.opname == 'LOAD_GLOBAL' and str(instruction.argval) in names:
             target = namespace.get(str(instruction.argval))
-            if getattr(target, '__module__', '') == 'kopf._runtime.posting':
+            if getattr(target, '__module__', '') == module:
                 return True
     return False
 
@@ -185,30 +199,40 @@ def serve(
 ) -> tuple[Served, ...]:
     """What the operator does with each served resource (those of all but the admission handlers)."""
     places = storage_places(config.persistence.progress_storage) | storage_places(config.persistence.diffbase_storage)
+    backoff_places = storage_places(config.persistence.progress_storage)  # where reconcile handlers' back-off is
+    applied = _applied(registry, resources)
     served: dict[Resource, Served] = {}
     for resource in dict.fromkeys(resources.values()):
         changing = registry.get_all_changing_handlers(resource)
         spawning = registry.get_spawning_handlers(resource)
         watching = registry.get_watching_handlers(resource)
+        reconciling = registry.get_reconciling_handlers(resource)
         models = [selector.model for selector in resources if selector.model is not None and selector.check(resource)]
         # The gate of a typed resource reports invalid specs (an Event, a condition): only its own validators'
         # verdicts reach it, as the server refuses what the generated CRD's schema refuses.
         typed = any(getattr(model, 'kopf_checks_more', lambda: True)() for model in models)
         conditions = typed and any(getattr(model, 'kopf_has_conditions', lambda: False)() for model in models)
         finalizer = _needs_finalizer(changing, spawning)
-        results = any(returns_value(handler.fn) for handler in changing)
-        patched = any(takes_patch(handler.fn) for handler in [*changing, *spawning, *watching])  # may write
+        results = any(returns_value(handler.fn) for handler in [*changing, *reconciling])
+        handlers = [*changing, *spawning, *watching, *reconciling]
+        patched = any(takes_patch(handler.fn) for handler in handlers)  # may write
         status = 'status' in resource.subresources
-        object_places = places if changing else frozenset()
+        object_places = (places if changing else frozenset()) | (backoff_places if reconciling else frozenset())
         status_writes = (STATUS in object_places) or results or conditions
         writes = bool(finalizer or patched or ANNOTATIONS in object_places or (status_writes and not status))
-        handlers = [*changing, *spawning, *watching]
         logged = config.posting.loggers and bool(handlers)  # every handler's success and failure is logged
         posts = config.posting.enabled and (logged or typed or any(posts_events(h.fn) for h in handlers))
         served[resource] = Served(
             resource=resource, watched=True, writes=writes, writes_status=status and (status_writes or patched),
-            rereads=finalizer, posts=posts)
+            rereads=finalizer, posts=posts, applied=resource in applied)
     return tuple(served.values())
+
+
+def _applied(registry: OperatorRegistry, resources: Mapping[Selector, Resource]) -> frozenset[Resource]:
+    """The resources owned by reconcile handlers that apply objects (kopf.apply): they create and change them."""
+    return frozenset(resources[relation.selector]
+                     for _, handler in registry.iter_reconciling_handlers() if applies_objects(handler.fn)
+                     for relation in handler.owns if relation.selector in resources)
 
 
 def _needs_finalizer(changing: Collection[ChangingHandler], spawning: Collection[SpawningHandler]) -> bool:

@@ -87,6 +87,15 @@ def _writing(facts: Facts) -> Iterable[Rule]:
                        "store the handlers' results, the status storage's records, or the conditions in the status")
 
 
+def _children(facts: Facts) -> Iterable[Rule]:
+    for served in facts.served:
+        if served.applied:
+            resource = served.resource
+            yield Rule(resource.group, resource.plural, ('create', 'patch'), _where(served),
+                       "create and change the owned children by server-side apply (kopf.apply): an apply that "
+                       "creates an object is authorized as a create too")
+
+
 def _posting(facts: Facts) -> Iterable[Rule]:
     posting = [served for served in facts.served if served.posts]
     if any(served.resource.namespaced for served in posting):
@@ -149,6 +158,8 @@ FEATURES: tuple[Feature, ...] = (
     Feature('watching', "Handlers of a resource: list and watch its objects.", _watching),
     Feature('writing', "Progress, last handled state, finalizers (the main endpoint); results, status storages "
                        "and conditions (the status subresource, if the resource has one).", _writing),
+    Feature('children', "Owned children that reconcile handlers apply (kopf.apply): create and change them.",
+            _children),
     Feature('posting', "Kubernetes Events about the objects: the handlers' own (kopf.event, info, warn, exception), "
                        "the invalid specs of typed resources, all object logs with config.posting.loggers.",
             _posting),

@@ -15,6 +15,9 @@ import logging
 from kopf import errors
 from kopf._kube.auth import APIContext
 from kopf._kube.errors import APIConflictError, APINotFoundError
+from kopf._observability import recording
+from kopf._observability.readiness import Coordination
+from kopf._observability.recording import ReplicaState
 from kopf._replicas import election, leases
 from kopf._replicas.election import Acquire, Create, Decision, Refuse, Renew, StandBy, Takeover
 from kopf._replicas.fencing import everything
@@ -130,7 +133,17 @@ class Elector(Replica):
         else:
             logger.info("Took over the lease %s/%s: released by its previous holder.", lease.namespace, lease.name)
 
+    def coordination(self) -> Coordination:
+        if self.leading:
+            return 'handling'
+        return 'standing-by' if self.lease is not None else 'joining'
+
+    def state(self) -> ReplicaState:
+        return ReplicaState(mode=self.mode, leading=self.leading, members=0, admitting=self.gate.active,
+                            writable=self.gate.writable)
+
     def _lead(self, lease: Lease, sent: float, *, holding_until: float | None = None) -> None:
+        recording.current().lease_renewed(self.mode, self.clock.monotonic() - sent)
         self.lease = lease
         self.observations = self.observations.observe(lease, self.clock.monotonic())
         self.fences.renewed(sent)

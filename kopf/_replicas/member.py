@@ -13,6 +13,9 @@ import logging
 from kopf import errors
 from kopf._kube.auth import APIContext
 from kopf._kube.errors import APIConflictError, APINotFoundError
+from kopf._observability import recording
+from kopf._observability.readiness import Coordination
+from kopf._observability.recording import ReplicaState
 from kopf._replicas import leases, ownership, sharding
 from kopf._replicas.leases import Lease
 from kopf._replicas.observations import Namesake
@@ -114,9 +117,18 @@ class Member(Replica):
         except APINotFoundError:
             self._lose("Our member lease is gone (the others took it for expired)")
             return
+        recording.current().lease_renewed(self.mode, self.clock.monotonic() - sent)
         self.lease = lease
         self.published = ring
         self.fences.renewed(sent)
+
+    def coordination(self) -> Coordination:
+        return 'handling' if self.lease is not None and self.permitted is not None else 'joining'
+
+    def state(self) -> ReplicaState:
+        joined = self.lease is not None and self.permitted is not None
+        return ReplicaState(mode=self.mode, leading=joined, members=len(self.live_others) + (1 if joined else 0),
+                            admitting=self.gate.active, writable=self.gate.writable)
 
     async def _collect(self, lease: Lease) -> None:
         """Delete a member lease that has expired (unless it has changed since): that member has stopped."""

@@ -19,6 +19,8 @@ from collections.abc import AsyncIterator, Collection
 from kopf import errors
 from kopf._kube import access
 from kopf._kube.auth import APIContext
+from kopf._observability.readiness import Coordination
+from kopf._observability.recording import ReplicaState
 from kopf._replicas import leases
 from kopf._replicas.elector import Elector
 from kopf._replicas.fencing import Gate
@@ -76,6 +78,14 @@ class Peering:
             error = run.exception() if not run.cancelled() else None
             if error is not None:
                 raise error
+
+    def coordination(self) -> Coordination:
+        """Where this replica stands (for readiness): handling, standing by knowingly, or joining."""
+        return 'joining' if self.released else self.replica.coordination()
+
+    def state(self) -> ReplicaState | None:
+        """What the coordination is at (for the metrics); ``None`` once it is over."""
+        return None if self.released else self.replica.state()
 
     async def step_down(self, *, timeout: float) -> None:
         """

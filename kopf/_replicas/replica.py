@@ -21,6 +21,9 @@ import aiohttp
 from kopf import errors
 from kopf._kube.auth import APIContext
 from kopf._kube.errors import APIConnectionError, APIError, APIForbiddenError
+from kopf._observability import recording
+from kopf._observability.readiness import Coordination
+from kopf._observability.recording import ReplicaState
 from kopf._replicas import leases
 from kopf._replicas.deadlines import Fences
 from kopf._replicas.fencing import Gate, nothing
@@ -73,11 +76,20 @@ class Replica:
             try:
                 await self.tick()
             except TRANSIENT as e:
+                recording.current().lease_failed(self.mode, e)
                 logger.warning("Cannot coordinate through the lease(s) in %r right now: %s; retrying.",
                                self.settings.namespace, errors.describe(e))
             await self.clock.sleep(max(0.0, started + self.settings.retry_period - self.clock.monotonic()))
 
     async def tick(self) -> None:
+        raise NotImplementedError
+
+    def coordination(self) -> Coordination:
+        """Where the replica stands, for readiness: it handles, it stands by knowingly, or it is joining."""
+        raise NotImplementedError
+
+    def state(self) -> ReplicaState:
+        """What the coordination is at, for the metrics (read from another thread: plain values only)."""
         raise NotImplementedError
 
     async def release(self) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 
 from aiohttp import web
 
+from kopf._observability import serving
 from kopf._structs.clocks import SYSTEM_CLOCK, Clock
 
 logger = logging.getLogger('kopf._runtime.probing')
@@ -120,47 +121,28 @@ class ProbeCache:
             return ProbeOutcome(results={}, error=f"The probes have failed: {type(e).__name__}: {e}")
 
 
-class LivenessServer:
-    """The HTTP server of the endpoint; ``start()`` binds (or fails clearly), ``stop()`` closes."""
+class LivenessServer(serving.EndpointServer):
+    """The HTTP server of the endpoint; ``start()`` binds (or fails clearly), ``stop()`` closes; it may serve more."""
 
     def __init__(self, url: str, *, health: Health, probes: ProbeCache) -> None:
         self.endpoint = Endpoint.parse(url)
-        self._url = url
+        super().__init__(self.endpoint.host, self.endpoint.port, what=f"the liveness endpoint {url}",
+                         option='--liveness')
         self._health = health
         self._probes = probes
-        self._runner: web.AppRunner | None = None
+        self.route(self.endpoint.path, self._handle)
 
     @property
     def url(self) -> str:
         """The URL as bound (with the actual port if the given one was 0)."""
-        port = self.endpoint.port
-        if self._runner is not None:
-            for address in self._runner.addresses:
-                if isinstance(address, tuple) and len(address) >= 2:
-                    port = int(address[1])
-                    break
-        return f"http://{self.endpoint.host}:{port}{self.endpoint.path}"
+        return self.url_of(self.endpoint.path)
 
     async def start(self) -> None:
-        app = web.Application()
-        app.router.add_get(self.endpoint.path, self._handle)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
         try:
-            await web.TCPSite(runner, self.endpoint.host, self.endpoint.port, reuse_address=True).start()
-        except OSError as e:
-            await runner.cleanup()
-            raise LivenessError(
-                f"Cannot serve the liveness endpoint {self._url}: {e.strerror or e}. "
-                f"Is the port {self.endpoint.port} used by another process? "
-                f"Choose another one with --liveness.") from e
-        self._runner = runner
+            await super().start()
+        except serving.EndpointError as e:
+            raise LivenessError(str(e)) from e
         logger.info("Serving the liveness endpoint at %s.", self.url)
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
 
     async def _handle(self, request: web.Request) -> web.Response:
         problem = self._health.problem()

@@ -14,7 +14,7 @@ import functools
 import logging
 import signal
 import threading
-from collections.abc import AsyncIterator, Callable, Collection, Coroutine
+from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Hashable
 from typing import Any, TypedDict
 
 from typing_extensions import Unpack
@@ -29,9 +29,21 @@ from kopf._kube import applying, auth, events, watching
 from kopf._kube.auth import APIContext
 from kopf._kube.errors import APIConnectionError, APIError, APIForbiddenError, APINotFoundError, describe_api_failure
 from kopf._kube.objects import ObjectsClient
+from kopf._observability import recording
+from kopf._observability.readiness import Readiness
 from kopf._reconciliation import reconciling
 from kopf._replicas import fencing, peering
-from kopf._runtime import activities, allocation, observation, orchestration, posting, preflight, probes, probing
+from kopf._runtime import (
+    activities,
+    allocation,
+    observation,
+    observing,
+    orchestration,
+    posting,
+    preflight,
+    probes,
+    probing,
+)
 from kopf._storage import cluster
 from kopf._storage.errors import StorageError
 from kopf._structs.credentials import AiohttpSession, ConnectionInfo
@@ -100,6 +112,8 @@ class OperatorOptions(TypedDict, total=False):
     identity: str | None
     priority: int | None
     liveness_endpoint: str | None
+    readiness_endpoint: str | None
+    metrics_endpoint: str | None
     stop_flag: StopFlag | None
     ready_flag: StopFlag | None
 
@@ -126,6 +140,8 @@ async def spawn_tasks(
         identity: str | None = None,
         priority: int | None = None,
         liveness_endpoint: str | None = None,
+        readiness_endpoint: str | None = None,
+        metrics_endpoint: str | None = None,
         stop_flag: StopFlag | None = None,
         ready_flag: StopFlag | None = None,
 ) -> list[asyncio.Task[None]]:
@@ -138,7 +154,9 @@ async def spawn_tasks(
     docs/replicas.rst); ``standalone`` (the default) means no coordination;
     ``priority`` ranks HA replicas (Kopf's peering priority). These
     arguments go into ``config.peering`` before the startup handlers, which
-    may still change it.
+    may still change it; so does ``metrics_endpoint`` into ``config.metrics``.
+    ``readiness_endpoint`` serves ``/readyz`` there; by default it is served
+    beside the liveness endpoint, else beside the metrics (docs/observability.rst).
     """
     if config is not None and settings is not None and config is not settings:
         raise TypeError("Pass the operator's settings either as settings= or as config=, not both.")
@@ -151,6 +169,8 @@ async def spawn_tasks(
     config = config or settings or OperatorConfig()
     _configure_peering(config, standalone=standalone, ha=ha, shards=shards, name=peering_name,
                        namespace=peering_namespace, identity=identity, priority=priority)
+    if metrics_endpoint is not None:
+        config.metrics.endpoint = metrics_endpoint
     task = asyncio.create_task(_serve(
         registry=registry or get_default_registry(),
         config=config,
@@ -158,6 +178,7 @@ async def spawn_tasks(
         namespaces=tuple(namespaces),
         scope=scope,
         liveness_endpoint=liveness_endpoint,
+        readiness_endpoint=readiness_endpoint,
         stop_flag=stop_flag,
         ready_flag=ready_flag,
     ), name='kopf operator')
@@ -228,11 +249,13 @@ async def _serve(
         liveness_endpoint: str | None,
         stop_flag: StopFlag | None,
         ready_flag: StopFlag | None,
+        readiness_endpoint: str | None = None,
 ) -> None:
     """Run one operator: ``scope`` is what ``namespaces`` serve, ``None`` for all namespaces (cluster-wide)."""
     clusterwide = scope is None
     stop = asyncio.Event()
     health = probing.Health()
+    readiness = Readiness()
     indexes = indexing.OperatorIndexes(registry)
     reconciliation = reconciling.OperatorReconciliation(registry, config=config, memo=memo)
     # An embedding application that passes its own stop flag keeps its own signal handling.
@@ -243,6 +266,9 @@ async def _serve(
                                                    config=config, memo=memo, indexes=indexes)
         except probing.LivenessError as e:
             raise OperatorError(str(e)) from e
+        if liveness is not None and readiness_endpoint is None:
+            # Beside liveness from the very start: "not ready" while starting, never a 404 for the probes.
+            observing.serve_readiness_beside(liveness, readiness)
         stopper = asyncio.create_task(_relay_stop_flag(stop_flag, stop)) if stop_flag is not None else None
         try:
             await activities.run_activity(registry=registry, activity=Activity.STARTUP, config=config,
@@ -250,6 +276,8 @@ async def _serve(
             config.persistence.freeze()
             try:
                 async with contextlib.AsyncExitStack() as stack:
+                    await stack.enter_async_context(observing.observing(
+                        config=config, readiness=readiness, liveness=liveness, readiness_endpoint=readiness_endpoint))
                     info = await _login(registry=registry, config=config, memo=memo, indexes=indexes, stop=stop)
                     relogin = functools.partial(_login, registry=registry, config=config, memo=memo, indexes=indexes)
                     context = await stack.enter_async_context(_api_context(info, config=config, relogin=relogin))
@@ -273,9 +301,9 @@ async def _serve(
                         clusterwide=clusterwide, stop=stop, view=view))
                     await _watch_all(context=context, insights=insights, registry=registry, config=config,
                                      memo=memo, stop=stop, ready_flag=ready_flag, health=health, peers=peers,
-                                     indexes=indexes, reconciliation=reconciliation)
+                                     indexes=indexes, readiness=readiness, reconciliation=reconciliation)
             except (serving.AdmissionSetupError, StorageError, observation.ObservationError,
-                    reconciling.ReconciliationError) as e:
+                    observing.ObservabilityError, reconciling.ReconciliationError) as e:
                 raise OperatorError(str(e)) from e
             except peering.PeeringError as e:
                 raise OperatorError(str(e)) from None
@@ -283,6 +311,7 @@ async def _serve(
             logger.info("%s", e)
         finally:
             health.stopping()
+            readiness.stopping()
             if stopper is not None:
                 stopper.cancel()
             if liveness is not None:
@@ -398,6 +427,7 @@ async def _watch_all(
         health: probing.Health | None = None,
         peers: peering.Peering | None = None,
         indexes: indexing.OperatorIndexes | None = None,
+        readiness: Readiness | None = None,
         reconciliation: reconciling.OperatorReconciliation | None = None,
 ) -> None:
     """
@@ -421,6 +451,12 @@ async def _watch_all(
         cluster.provide([config.persistence.progress_storage, config.persistence.diffbase_storage],
                         cluster.ClusterAccess(ObjectsClient(handling_context)))
     indexes = indexes if indexes is not None else indexing.OperatorIndexes(registry)
+    recording.current().follow_indexes(indexes)
+    if peers is not None:
+        recording.current().follow_replica(peers.state)
+        if readiness is not None:
+            readiness.coordinated(peers.coordination)
+    on_listed = readiness.listed if readiness is not None else None
     reconciliation = reconciliation or reconciling.OperatorReconciliation(registry, config=config, memo=memo)
     reconciliation.serve(context=handling_context, gate=gate)
     applying.context_var.set(handling_context)  # for kopf.apply() in handlers
@@ -434,7 +470,8 @@ async def _watch_all(
         watch = processing.ResourceWatch(context=handling_context, resource=stream.resource, selector=stream.selector,
                                          registry=registry, config=config, memo=memo, indexes=indexes, stages=stages)
         task = asyncio.create_task(_watch_one(watch, namespace=stream.namespace, stop=until, gate=gate,
-                                              insights=insights, indexes=indexes, reconciliation=reconciliation),
+                                              insights=insights, indexes=indexes, reconciliation=reconciliation,
+                                              listed=on_listed),
                                    name=f"kopf watch of {stream}")
         return task, keeper
 
@@ -447,6 +484,8 @@ async def _watch_all(
             indexes.expect(stream.listing)  # before any stream starts: handlers wait for all of the start
         if reconciliation.relates(stream.resource):
             reconciliation.expect(stream.listing)  # the first reconciliations see the children of the start
+    if readiness is not None:
+        readiness.expect({stream.listing: str(stream) for stream in initial})
     insights.revised.clear()
     streams.follow(initial)
     if health is not None:
@@ -546,6 +585,7 @@ async def _watch_one(
         gate: fencing.Gate | None = None,
         insights: observation.Insights | None = None,
         indexes: indexing.OperatorIndexes | None = None,
+        listed: Callable[[Hashable], None] | None = None,
         reconciliation: reconciling.OperatorReconciliation | None = None,
 ) -> None:
     """
@@ -564,7 +604,7 @@ async def _watch_one(
     while not stop.is_set():
         try:
             await _handle_stream(watch, namespace=namespace, stop=stop, gate=gate, indexes=indexes,
-                                 reconciliation=reconciliation)
+                                 reconciliation=reconciliation, listed=listed)
             return
         except APINotFoundError as e:
             if insights is None or not insights.scanning:
@@ -589,22 +629,25 @@ async def _handle_stream(
         stop: asyncio.Event,
         gate: fencing.Gate | None,
         indexes: indexing.OperatorIndexes | None,
+        listed: Callable[[Hashable], None] | None = None,
         reconciliation: reconciling.OperatorReconciliation | None = None,
 ) -> None:
     listing = (watch.selector, namespace)
     related = reconciliation is not None and reconciliation.relates(watch.resource)
     callbacks = [functools.partial(indexes.listed, listing)] if indexes is not None else []
+    if listed is not None:
+        callbacks.append(functools.partial(listed, listing))
     if reconciliation is not None and related:
         callbacks.append(functools.partial(reconciliation.listed, listing, watch.resource))
 
-    def listed() -> None:
+    def on_listed() -> None:
         for callback in callbacks:
             callback()
 
     def open_stream(until: asyncio.Event) -> AsyncIterator[RawEvent]:
         return watching.infinite_watch(context=watch.context, resource=watch.resource, namespace=namespace,
                                        settings=watch.config.watching, stop=until,
-                                       on_listed=listed if callbacks else None)
+                                       on_listed=on_listed if callbacks else None)
 
     stream: AsyncIterator[RawEvent]
     stream = open_stream(stop) if gate is None else fencing.gated_stream(gate, open_stream, stop=stop)
@@ -620,7 +663,8 @@ async def _handle_stream(
             pass
         return
     await queueing.watch_objects(stream=stream, processor=functools.partial(processing.process_event, watch),
-                                 settings=watch.config.batching, gate=gate)
+                                 settings=watch.config.batching, gate=gate,
+                                 probe=recording.current().queue(watch.resource, gate))
 
 
 async def _post(context: APIContext, settings: PostingConfig, item: posting.K8sEvent) -> None:

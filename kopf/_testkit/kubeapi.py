@@ -112,6 +112,20 @@ class KubeAPI:
                 raise
             return None
 
+    def path_of(self, api_version: str, kind: str, *, namespace: str | None = None, name: str | None = None) -> str:
+        """The URL path of a kind's collection (or of one object), as the server's discovery names it."""
+        base = f"/apis/{api_version}" if '/' in api_version else f"/api/{api_version}"
+        for resource in self.get(base)['resources']:
+            if resource['kind'] == kind and '/' not in resource['name']:
+                scope = f"/namespaces/{namespace}" if resource['namespaced'] and namespace else ''
+                return f"{base}{scope}/{resource['name']}" + (f"/{name}" if name else '')
+        raise KubeAPIError(404, f"The server serves no kind {kind} in {api_version}.", method='GET', path=base)
+
+    def create_object(self, obj: Mapping[str, Any], *, namespace: str | None = None) -> Any:
+        """Create an object in its namespace (or this one), wherever its kind is served; the created object."""
+        namespace = namespace or (obj.get('metadata') or {}).get('namespace')
+        return self.create(self.path_of(obj['apiVersion'], obj['kind'], namespace=namespace), obj)
+
     def apply_crd(self, crd: Mapping[str, Any], *, timeout: float = TIMEOUT) -> None:
         """Create (or replace) a CRD and wait until it is established and served."""
         name = crd['metadata']['name']

@@ -1,41 +1,36 @@
 """Fixtures for end-to-end tests against a real kube-apiserver + etcd.
 
-The control plane is started once per test session. If it cannot be built or
-started, every test that needs it fails with the reason: an end-to-end test
-that silently skips would prove nothing.
+The control plane, the admin client and the namespaces come from the test
+kit's pytest plugin (``kopf_cluster``, ``kopf_api``, ``kopf_namespace``): the
+project tests itself with what its users get. If the control plane cannot be
+built or started, every test that needs it fails with the reason: an
+end-to-end test that silently skips would prove nothing.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from kopf.testing import ControlPlane, ControlPlaneError, KubeAPI
+from kopf.testing import ControlPlane, KubeAPI
 from tests.e2e.harness import OPERATORS, OperatorProcess, kopf_run
 
 
 @pytest.fixture(scope="session")
-def control_plane() -> Iterator[ControlPlane]:
-    """A running control plane shared by the whole session."""
-    plane = ControlPlane()
-    try:
-        plane.start()
-    except (ControlPlaneError, OSError) as exc:
-        pytest.fail(f"The Kubernetes control plane could not be started:\n{exc}", pytrace=False)
-    try:
-        yield plane
-    finally:
-        plane.stop()
+def control_plane(kopf_cluster) -> ControlPlane:
+    """The local control plane of the session (these tests need one of their own, not an existing cluster)."""
+    if kopf_cluster.control_plane is None:
+        pytest.fail("The project's end-to-end tests need the local control plane, not --kopf-kubeconfig.",
+                    pytrace=False)
+    return kopf_cluster.control_plane
 
 
 @pytest.fixture(scope="session")
-def kubeconfig(control_plane: ControlPlane) -> Path:
+def kubeconfig(control_plane: ControlPlane, kopf_kubeconfig: Path) -> Path:
     """The path of a kubeconfig for the admin user of the session's control plane."""
-    assert control_plane.kubeconfig is not None
-    return control_plane.kubeconfig
+    return kopf_kubeconfig
 
 
 @pytest.fixture(scope="session")
@@ -50,17 +45,15 @@ def user_kubeconfig(control_plane: ControlPlane) -> Callable[..., Path]:
 
 
 @pytest.fixture(scope="session")
-def kube(control_plane: ControlPlane) -> KubeAPI:
+def kube(control_plane: ControlPlane, kopf_api: KubeAPI) -> KubeAPI:
     """A plain client for checking what the server really holds."""
-    return KubeAPI(control_plane)
+    return kopf_api
 
 
 @pytest.fixture()
-def namespace(kube: KubeAPI, request: pytest.FixtureRequest) -> str:
+def namespace(kopf_namespace: str) -> str:
     """A fresh namespace per test, so that tests and their operators never see each other's objects."""
-    name = f"e2e-{request.node.name.replace('_', '-')[5:40].strip('-').lower()}-{uuid.uuid4().hex[:6]}"
-    kube.ensure_namespace(name)
-    return name
+    return kopf_namespace
 
 
 @pytest.fixture()

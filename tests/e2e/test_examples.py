@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from kopf.testing import ControlPlane, KubeAPI, KubeAPIError, wait_for
+from kopf.testing import KubeAPI, KubeAPIError, wait_for
 from tests.e2e.harness import REPO, TIMEOUT, kopf_run
 from tests.e2e.harness import OperatorProcess as Operator
 
@@ -61,9 +61,9 @@ def _wait_for_lenient_schema(api: KubeAPI) -> None:
 
 
 @pytest.fixture(scope='module')
-def api(control_plane: ControlPlane) -> Iterator[KubeAPI]:
+def api(kopf_api: KubeAPI) -> Iterator[KubeAPI]:
     """The examples' CRD, installed for this module; whatever CRD of that name was there before is restored."""
-    api = KubeAPI(control_plane)
+    api = kopf_api
     previous = api.find(CRD_PATH)
     api.apply_crd(CRD)
     _wait_for_lenient_schema(api)
@@ -77,13 +77,11 @@ def api(control_plane: ControlPlane) -> Iterator[KubeAPI]:
 
 
 @pytest.fixture()
-def namespace(api: KubeAPI, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace per test; objects left in it are released from finalizers and deleted."""
-    name = f"ex-{request.node.name.split('[')[0].removeprefix('test_')[:30]}-{uuid.uuid4().hex[:6]}"
-    name = name.replace('_', '-').lower()
-    api.ensure_namespace(name)
+def namespace(api: KubeAPI, kopf_namespace: str) -> Iterator[str]:
+    """The test kit's namespace of the test; objects left in it are released from finalizers and deleted."""
+    name = kopf_namespace
     yield name
-    # Namespaces are never deleted: without a controller-manager they would stay Terminating forever.
+    # Without a controller-manager, a deleted namespace keeps its objects: release and delete them first.
     for collection in (f"/apis/kopf.dev/v1/namespaces/{name}/kopfexamples", f"/api/v1/namespaces/{name}/configmaps"):
         for item in (api.find(collection) or {}).get('items', []):
             path = f"{collection}/{item['metadata']['name']}"
@@ -93,10 +91,9 @@ def namespace(api: KubeAPI, request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 @pytest.fixture()
-def run_example(control_plane: ControlPlane, namespace: str, tmp_path: Path) -> Iterator[Callable[..., Operator]]:
+def run_example(kopf_kubeconfig: Path, namespace: str, tmp_path: Path) -> Iterator[Callable[..., Operator]]:
     """Start examples as ``kopf run``; every started operator is stopped at the end of the test."""
-    assert control_plane.kubeconfig is not None
-    kubeconfig = control_plane.kubeconfig
+    kubeconfig = kopf_kubeconfig
     started: list[Operator] = []
 
     def run(example: str, *, env: dict[str, str] | None = None, script: bool = False) -> Operator:

@@ -220,6 +220,18 @@ def admission(ctx: Context) -> bool:
     return ctx.kube.find(validating) is None
 
 
+def reconcile(ctx: Context) -> bool:
+    """A widget's child is created (after one failure and its stored back-off), and restored when deleted."""
+    child = f'/api/v1/namespaces/{ctx.namespace}/configmaps/w1-child'
+    ctx.widget('w1', size=13)
+    if not ctx.until(lambda: ctx.kube.find(child)):
+        return False
+    ctx.kube.delete(child)
+    if not ctx.until(lambda: ctx.kube.find(child)):
+        return False
+    return invalid(ctx)
+
+
 FEATURES: dict[str, tuple[Callable[[Context], bool], tuple[str, ...]]] = {
     'plain': (plain, ()),
     'status': (status, ()),
@@ -227,6 +239,7 @@ FEATURES: dict[str, tuple[Callable[[Context], bool], tuple[str, ...]]] = {
     'shards': (shards, ('--shards',)),
     'configmaps': (configmaps, ()),
     'admission': (admission, ()),
+    'reconcile': (reconcile, ()),
 }
 
 # What the minimality checks found, for the record (written if $KOPF_E2E_RBAC_REPORT names a file).

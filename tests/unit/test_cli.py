@@ -160,6 +160,16 @@ def test_liveness_endpoint_is_passed_to_the_operator(invoke, runs, operator_file
     assert runs[-1]['liveness_endpoint'] is None
 
 
+def test_metrics_and_readiness_endpoints_are_passed_to_the_operator(invoke, runs, operator_file):
+    result = invoke('run', operator_file, '--metrics', 'http://0.0.0.0:9090/metrics',
+                    '--readiness', 'http://0.0.0.0:8080/ready')
+    assert result.exit_code == 0, result.output
+    assert runs[-1]['metrics_endpoint'] == 'http://0.0.0.0:9090/metrics'
+    assert runs[-1]['readiness_endpoint'] == 'http://0.0.0.0:8080/ready'
+    assert invoke('run', operator_file).exit_code == 0
+    assert runs[-1]['metrics_endpoint'] is None and runs[-1]['readiness_endpoint'] is None
+
+
 def test_standalone_keeps_working(invoke, runs, operator_file):
     result = invoke('run', operator_file, '--standalone')
     assert result.exit_code == 0, result.output

@@ -7,7 +7,9 @@ An operator for the end-to-end tests of the generated RBAC: one feature at a tim
 * ``shards``: a create handler, run with ``--shards``;
 * ``configmaps``: the state of the objects in ConfigMaps;
 * ``admission``: a validating webhook in a managed configuration (``$E2E_MANAGED``);
-* ``typed``: handlers of the typed class that record the type of ``spec`` they get.
+* ``typed``: handlers of the typed class that record the type of ``spec`` they get;
+* ``reconcile``: a reconcile handler that owns a ConfigMap per widget, applied server-side (its first
+  call for a widget of size 13 fails, so that its back-off is stored in the widget).
 
 Every call is a JSON line in ``$E2E_CALLS``. An object labelled ``e2e/hold`` holds the operator in
 a filter (``$E2E_GATE/<name>.held``) until ``$E2E_GATE/<name>.go`` appears: the test changes the
@@ -103,3 +105,12 @@ if FEATURE == 'typed':
     def typed_create(name, spec: WidgetSpec, body, **_):
         record('create', name, type=type(spec).__name__, size=spec.size, raw=dict(body['spec']))
         return {'seen': spec.size}
+
+if FEATURE == 'reconcile':
+    @kopf.on.reconcile(Widget, owns=['configmaps'], backoff=0.5)
+    def reconciled(name, body, retry, **_):
+        record('reconcile', name, retry=retry)
+        if body['spec'].get('size') == 13 and retry < 1:
+            raise kopf.TemporaryError("13 is unlucky the first time", delay=0.5)
+        kopf.apply({'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': f'{name}-child'},
+                    'data': {'size': str(body['spec'].get('size'))}})

@@ -10,6 +10,7 @@ import kopf
 from kopf._admission.handling import serve_admission_request
 from kopf._handlers.registries import OperatorRegistry
 from kopf._indexing.indexing import OperatorIndexes
+from kopf._observability import metrics, recording
 from kopf._structs.resources import Resource, Selector
 from kopf._structs.reviews import InvalidReviewError
 from kopf.config import OperatorConfig
@@ -464,3 +465,33 @@ async def test_with_namespace_patterns_objects_of_namespaces_not_served_are_admi
     assert elsewhere['response'] == {'uid': 'review-uid', 'allowed': True}
     served = await serve(registry, review(), served=lambda namespace: namespace == 'ns1')
     assert served['response']['allowed'] is False
+
+
+async def test_every_handlers_answer_is_recorded_by_its_outcome(registry):
+    @kopf.on.validate('kopfexamples', id='fine', registry=registry)
+    def fine(**_):
+        pass
+
+    @kopf.on.validate('kopfexamples', id='refusing', registry=registry)
+    def refusing(**_):
+        raise kopf.AdmissionError("no")
+
+    @kopf.on.validate('kopfexamples', id='tolerated', ignore_failures=True, registry=registry)
+    def tolerated(**_):
+        raise ValueError("oops")
+
+    @kopf.on.validate('kopfexamples', id='broken', registry=registry)
+    def broken(**_):
+        raise ValueError("oops")
+
+    recorder = metrics.MetricsRecorder(process=False)
+    token = recording.install(recorder)
+    try:
+        await serve(registry, review())
+    finally:
+        recording.uninstall(token)
+    answers = {outcome: recorder.registry.get_sample_value('kopf_webhook_requests_total',
+                                                           {'handler': handler, 'outcome': outcome})
+               for handler, outcome in [('fine', 'allowed'), ('refusing', 'rejected'),
+                                        ('tolerated', 'ignored_failure'), ('broken', 'failed')]}
+    assert answers == {'allowed': 1, 'rejected': 1, 'ignored_failure': 1, 'failed': 1}

@@ -20,6 +20,7 @@ from kopf._cycle.cycle import HandlingResult
 from kopf._handlers import execution
 from kopf._handlers.registries import OperatorRegistry
 from kopf._indexing.indexing import OperatorIndexes
+from kopf._observability import metrics, recording
 from kopf._storage.progress import ProgressStorage
 from kopf._structs import dormancy
 from kopf._structs.bodies import Body
@@ -734,3 +735,40 @@ async def test_the_functions_of_a_patch_the_api_would_not_take_are_kept_with_it(
 
     assert [ops[-1] for _, ops in sent] == [{'op': 'add', 'path': '/metadata/finalizers/0', 'value': 'mine'}]
     assert outcome.resource_version == '3'
+
+
+async def test_the_cycle_its_cause_and_its_patch_conflict_are_recorded(aresponses, host, watch, result):
+    recorder = metrics.MetricsRecorder(process=False)
+    result({'metadata': {'annotations': {'kopf.zalando.org/fn': '{}'}}}, delay=5)
+    aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=409, text=json.dumps(
+        {'kind': 'Status', 'code': 409, 'reason': 'Conflict', 'message': 'the object has been modified'})))
+    aresponses.add(host, PATH, 'GET', web.json_response(raw('7')))
+    aresponses.add(host, PATH, 'PATCH', patched([], '8'))
+    token = recording.install(recorder)
+    try:
+        await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
+    finally:
+        recording.uninstall(token)
+    samples = recorder.registry
+    label = {'resource': 'kopfexamples.kopf.dev'}
+    assert samples.get_sample_value('kopf_cycles_total', {**label, 'cause': 'create'}) == 1
+    assert samples.get_sample_value('kopf_queue_retries_total', label) == 1  # it asked to come back in 5 s
+    assert samples.get_sample_value('kopf_patch_outcomes_total', {**label, 'outcome': 'conflict_rebased'}) == 1
+    assert samples.get_sample_value('kopf_patch_outcomes_total', {**label, 'outcome': 'sent'}) == 1
+
+
+async def test_a_refused_patch_is_recorded_as_rejected(aresponses, host, watch, result):
+    recorder = metrics.MetricsRecorder(process=False)
+    result({'status': {'fn': 'x'}, 'metadata': {'annotations': {'kopf.zalando.org/fn': '{}'}}},
+           essential={'metadata': {'annotations': {'kopf.zalando.org/fn': '{}'}}}, extras=('status.fn',))
+    aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=422, text=json.dumps(
+        {'kind': 'Status', 'code': 422, 'reason': 'Invalid', 'message': 'no'})))
+    aresponses.add(host, PATH, 'PATCH', patched([], '2'))
+    token = recording.install(recorder)
+    try:
+        await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
+    finally:
+        recording.uninstall(token)
+    outcomes = {'resource': 'kopfexamples.kopf.dev'}
+    assert recorder.registry.get_sample_value('kopf_patch_outcomes_total', {**outcomes, 'outcome': 'rejected'}) == 1
+    assert recorder.registry.get_sample_value('kopf_patch_outcomes_total', {**outcomes, 'outcome': 'sent'}) == 1

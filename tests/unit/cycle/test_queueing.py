@@ -11,6 +11,7 @@ import weakref
 
 from kopf._cycle import queueing
 from kopf._cycle.queueing import ProcessingOutcome, event_key
+from kopf._observability.recording import QueueProbe
 from tests.unit.conftest import in_fake_time
 
 
@@ -334,6 +335,34 @@ def test_objects_are_described_by_kind_namespace_name_and_uid():
     assert queueing.describe({'object': {'kind': 'Node', 'metadata': {'name': 'n1'}}}) == 'Node n1'
 
 
+class Probe(QueueProbe):
+    """Notes what the queue tells it."""
+
+    def __init__(self):
+        self.calls = []
+
+    def arrived(self, key, *, deleted=False):
+        self.calls.append(('arrived', key, deleted))
+
+    def taken(self, key, *, woken_up):
+        self.calls.append(('taken', key, woken_up))
+
+    def forget(self, key):
+        self.calls.append(('forget', key))
+
+
+async def test_the_queue_tells_its_probe_what_arrives_what_is_taken_and_when_a_worker_ends(clock):
+    probe = Probe()
+    seen = []
+
+    async def processor(raw_event, woken_up):
+        seen.append(raw_event['type'])
+        return ProcessingOutcome()
+
+    await watch_objects(clock, stream=feed(clock, [event('a', 1), event('a', 2, type_='DELETED')], hold=0.2),
+                        processor=processor, settings=Settings(), probe=probe)
+    assert seen == ['DELETED']  # batched: the latest wins
+    assert probe.calls == [('arrived', 'a', False), ('arrived', 'a', True), ('taken', 'a', False), ('forget', 'a')]
 async def test_a_listing_waits_while_many_listed_objects_wait_for_their_workers(clock, monkeypatch):
     monkeypatch.setattr(queueing, 'LISTING_BACKLOG', 4, raising=False)
     pulled = []  # how many objects had been handled when each listed event was taken from the stream

@@ -309,3 +309,30 @@ async def test_a_timer_waits_for_no_time_when_its_sharp_interval_is_over_during_
     await cluster.event('ADDED')
     await clock.run(0.3)
     assert [when - began for when in starts] == [0, pytest.approx(0.15), pytest.approx(0.3)]
+
+
+# What is recorded.
+
+async def test_daemons_running_their_calls_and_their_restarts_are_recorded(cluster, registry, clock):
+    from kopf._observability import metrics, recording
+
+    @kopf.daemon(*RESOURCE, registry=registry, id='failing', backoff=0.1, retries=2)
+    def failing(retry, **_):
+        raise ValueError(f"boom {retry}")
+
+    recorder = metrics.MetricsRecorder(process=False, clock=clock)
+    token = recording.install(recorder)
+    try:
+        await cluster.event('ADDED')
+        labels = {'resource': 'kopfexamples.v1.kopf.dev', 'kind': 'daemon'}
+        await eventually(lambda: recorder.registry.get_sample_value('kopf_daemons_running', labels) == 1)
+        await clock.jump()
+        await eventually(lambda: cluster.keeper.running == 0, what="the second attempt, the last")
+    finally:
+        recording.uninstall(token)
+    value = recorder.registry.get_sample_value
+    assert value('kopf_daemons_running', labels) == 0
+    assert value('kopf_daemon_restarts_total', {**labels, 'handler': 'failing'}) == 1
+    calls = {'resource': 'kopfexamples.v1.kopf.dev', 'handler': 'failing', 'cause': 'daemon'}
+    assert value('kopf_handler_calls_total', {**calls, 'outcome': 'temporary_error'}) == 1
+    assert value('kopf_handler_calls_total', {**calls, 'outcome': 'exhausted'}) == 1

@@ -477,3 +477,23 @@ async def test_trust_env_reaches_the_session(info):
         assert context.session.trust_env
     async with APIContext(info) as context:
         assert not context.session.trust_env
+
+
+async def test_every_request_and_watch_is_told_to_the_recorder_with_its_status(context, aresponses, host,
+                                                                              stream_response):
+    from kopf._observability import metrics, recording
+    aresponses.add(host, '/api/v1/namespaces/ns1/pods/p1', 'PATCH', status_response(aresponses, 409, 'Conflict', 'no'))
+    aresponses.add(host, '/api/v1/pods', 'GET', stream_response(b'line1\n'))
+    recorder = metrics.MetricsRecorder(process=False)
+    token = recording.install(recorder)
+    try:
+        with pytest.raises(APIConflictError):
+            await context.request('PATCH', '/api/v1/namespaces/ns1/pods/p1', json={})
+        async with context.stream('GET', '/api/v1/pods', params={'watch': True}) as response:
+            await response.content.read()
+    finally:
+        recording.uninstall(token)
+    value = recorder.registry.get_sample_value
+    assert value('kopf_api_requests_total', {'verb': 'PATCH', 'resource': 'pods', 'code': '409'}) == 1
+    assert value('kopf_api_requests_total', {'verb': 'WATCH', 'resource': 'pods', 'code': '200'}) == 1
+    assert value('kopf_api_request_duration_seconds_count', {'verb': 'WATCH', 'resource': 'pods'}) == 1

@@ -50,3 +50,14 @@ def test_the_dockerfile_installs_the_framework_with_the_extras_and_runs_the_comm
     assert 'COPY op.py /app/op.py' in text
     assert 'USER 65532:65532' in text
     assert text.endswith('CMD ["kopf", "run", "/app/op.py", "-A"]\n')
+
+
+def test_the_metrics_are_a_port_and_readiness_is_probed_beside_liveness_else_beside_the_metrics():
+    shared = container(options(liveness='http://0.0.0.0:8080/healthz', metrics='http://0.0.0.0:8080/metrics'))
+    assert shared['ports'] == [{'name': 'liveness', 'containerPort': 8080}]  # one port serves both
+    assert shared['readinessProbe']['httpGet'] == {'path': '/readyz', 'port': 'liveness'}
+    assert shared['command'][-2:] == ['--metrics', 'http://0.0.0.0:8080/metrics']
+    alone = container(options(metrics='http://0.0.0.0:9090/metrics'))
+    assert alone['ports'] == [{'name': 'metrics', 'containerPort': 9090}]
+    assert alone['readinessProbe']['httpGet'] == {'path': '/readyz', 'port': 'metrics'}
+    assert 'livenessProbe' not in alone

@@ -164,6 +164,45 @@ def test_events_when_handlers_post_them_or_logs_are_posted(registry, config):
     assert serve(other, config).posts
 
 
+CONFIGMAPS = Resource(group='', version='v1', plural='configmaps')
+
+
+def applying(body, **_):
+    kopf.apply({'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': 'child'}}, owner=body)
+
+
+@pytest.mark.parametrize('fn, expected', [(applying, True), (posting, False), (returns_nothing, False)])
+def test_whether_a_handler_applies_objects(fn, expected):
+    assert facts.applies_objects(fn) is expected
+
+
+def serve_all(registry, config):
+    """Serve the apps and the configmaps, as the cluster resolves the selectors that the handlers give."""
+    selector = Selector(group=APPS.group, version=APPS.version, plural=APPS.plural)
+    owned = {relation.selector: CONFIGMAPS for _, handler in registry.iter_reconciling_handlers()
+             for relation in handler.owns}
+    return {served.resource.plural: served for served in facts.serve(registry, {selector: APPS, **owned}, config)}
+
+
+def test_a_reconcile_handler_that_applies_creates_and_changes_its_owned_children(registry, config):
+    kopf.on.reconcile(*SELECTOR, registry=registry, owns=['configmaps'])(applying)
+    served = serve_all(registry, config)
+    assert served['configmaps'].watched and served['configmaps'].applied
+    assert not served['configmaps'].writes  # the children are applied, not patched as handled objects
+    assert served['apps'].writes and not served['apps'].applied  # its back-off is kept in the annotations
+
+
+def test_a_reconcile_handler_that_applies_nothing_only_watches_its_children(registry, config):
+    kopf.on.reconcile(*SELECTOR, registry=registry, owns=['configmaps'])(returns_nothing)
+    served = serve_all(registry, config)
+    assert served['configmaps'].watched and not served['configmaps'].applied
+
+
+def test_a_reconcile_handler_result_goes_to_the_status(registry, config):
+    kopf.on.reconcile(*SELECTOR, registry=registry)(returns_dict)
+    assert serve(registry, config).writes_status
+
+
 def test_no_events_when_posting_is_off(registry, config):
     config.posting.enabled = False
     kopf.on.create(*SELECTOR, registry=registry)(posting)

@@ -15,9 +15,10 @@ APPS = Resource(group='example.com', version='v1', plural='apps', subresources=f
 NODES = Resource(group='example.com', version='v1', plural='nodes', namespaced=False)
 
 
-def served(resource=APPS, *, watched=True, writes=False, writes_status=False, rereads=False, posts=False):
+def served(resource=APPS, *, watched=True, writes=False, writes_status=False, rereads=False, posts=False,
+           applied=False):
     return Served(resource=resource, watched=watched, writes=writes, writes_status=writes_status, rereads=rereads,
-                  posts=posts)
+                  posts=posts, applied=applied)
 
 
 def facts(**overrides):
@@ -48,6 +49,10 @@ FEATURES = [
      facts(served=(served(writes_status=True),)),
      [('example.com', 'apps', ('list', 'watch'), 'served', ()),
       ('example.com', 'apps/status', ('patch',), 'served', ())]),
+    ("owned children applied by a reconcile handler: create and patch (an apply that creates is a create)",
+     facts(served=(served(applied=True),)),
+     [('example.com', 'apps', ('list', 'watch'), 'served', ()),
+      ('example.com', 'apps', ('create', 'patch'), 'served', ())]),
     ("posting: create events where the objects are",
      facts(served=(served(posts=True),)),
      [('example.com', 'apps', ('list', 'watch'), 'served', ()), ('', 'events', ('create',), 'served', ())]),
