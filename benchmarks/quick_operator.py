@@ -13,11 +13,17 @@ the public API that both share. Configured by environment variables:
 * ``BENCH_CALLS``: a file where the number of handler calls is written when the operator exits.
 * ``BENCH_WORKER_LIMIT``: ``settings.batching.worker_limit``, how many objects are handled at once
   (default: the framework's default).
+* ``BENCH_UPDATES``: a file; if given, an update handler notes, for every change that carries a
+  ``spec.stamp`` (the sender's ``time.time()``), the object's name, the stamp and when it was called;
+  these and the update handler's calls are written there as JSON when the operator exits (the scale
+  benchmark's steady load).
 
 The handlers return nothing, so that no handler result is written into the
 status: what is measured is the framework's own bookkeeping per object.
 """
+import json
 import os
+import time
 
 import kopf
 
@@ -28,7 +34,10 @@ GROUP, VERSION, PLURAL = os.environ.get('BENCH_RESOURCE', 'bench.kopf.dev/v1/kop
 EVENTS = os.environ.get('BENCH_EVENTS', 'on') != 'off'
 CALLS_FILE = os.environ.get('BENCH_CALLS', '')
 WORKER_LIMIT = os.environ.get('BENCH_WORKER_LIMIT', '')
+UPDATES_FILE = os.environ.get('BENCH_UPDATES', '')
 calls = 0
+latencies = []
+update_calls = 0
 
 if LIFECYCLE:
     kopf.set_default_lifecycle(getattr(kopf.lifecycles, LIFECYCLE))
@@ -65,3 +74,18 @@ def quick_sync(**_):
 for index in range(HANDLERS):
     fn = quick_async if HANDLER_KIND == 'async' else quick_sync
     kopf.on.create(GROUP, VERSION, PLURAL, id=f'quick{index}')(fn)
+
+
+if UPDATES_FILE:
+    @kopf.on.update(GROUP, VERSION, PLURAL, id='stamped')
+    async def stamped(spec, name, **_):
+        global update_calls
+        update_calls += 1
+        stamp = spec.get('stamp')
+        if stamp is not None:
+            latencies.append((name, float(stamp), time.time()))
+
+    @kopf.on.cleanup()
+    def write_latencies(**_):
+        with open(UPDATES_FILE, 'w') as f:
+            json.dump({'calls': update_calls, 'latencies': latencies}, f)

@@ -41,6 +41,9 @@ CONSISTENCY_TIMEOUT = 5.0
 # How long at most events older than our own patch are held back while its event is awaited. It comes
 # unless the watch has lost it (e.g. a relisting after an expired version that shows a later change).
 CONSISTENCY_LIMIT = 120.0
+# How many objects of a listing at most wait for their workers before the listing is read on: a listing
+# of 100,000 objects is then never in memory all at once (a watch is read on regardless, see below).
+LISTING_BACKLOG = 500
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,14 +117,20 @@ async def watch_objects(
     mailboxes: dict[str, _Mailbox] = {}
     limiter = asyncio.Semaphore(settings.worker_limit) if settings.worker_limit else None
     repeats = failures.RepeatLimiter()
+    backlog = _Backlog()
     try:
         async for raw_event in stream:
             key = event_key(raw_event)
             if gate is not None and not gate.admits(key):
                 continue  # another replica's object
+            if raw_event.get('type') is None and backlog.count >= LISTING_BACKLOG:
+                # A listed object, and many listed before it not handled yet: the listing waits (its
+                # next page is not requested meanwhile), so that it is never in memory all at once.
+                # Watch events are never held up: the server would drop a watch that is not read on.
+                await backlog.below(LISTING_BACKLOG // 2)
             mailbox = mailboxes.get(key)
             if mailbox is None or mailbox.task is None or mailbox.task.done():
-                mailbox = mailboxes[key] = _Mailbox()
+                mailbox = mailboxes[key] = _Mailbox(backlog)
                 mailbox.task = asyncio.create_task(
                     _worker(key, mailbox=mailbox, processor=processor, settings=settings, limiter=limiter,
                             gate=gate, probe=probe, clock=clock),
@@ -146,9 +155,11 @@ class _Mailbox:
     on instead of a queue with its own locks and buffers.
     """
 
-    __slots__ = ('_waiter', 'expected_rv', 'handled_rv', 'latest', 'task', 'versions')
+    __slots__ = ('_waiter', 'backlog', 'counted', 'expected_rv', 'handled_rv', 'latest', 'task', 'versions')
 
-    def __init__(self) -> None:
+    def __init__(self, backlog: _Backlog | None = None) -> None:
+        self.backlog = backlog
+        self.counted = False  # in the backlog: an event has come that is not handled yet
         self.latest: RawEvent | None = None
         self.expected_rv: str | None = None  # of our own patch, until its event arrives
         self.handled_rv: str | None = None  # of the state handled last
@@ -157,6 +168,9 @@ class _Mailbox:
         self._waiter: asyncio.Future[bool] | None = None
 
     def put(self, raw_event: RawEvent) -> None:
+        if not self.counted and self.backlog is not None:
+            self.counted = True
+            self.backlog.add(1)
         self.latest = raw_event
         if self.expected_rv is None:
             self.versions.append(_GONE if raw_event.get('type') == 'DELETED' else _resource_version(raw_event))
@@ -171,6 +185,12 @@ class _Mailbox:
         if latest is not None:
             self.handling(latest)
         return latest
+
+    def settle(self, *, ended: bool = False) -> None:
+        """The worker has handled what came (or has ended): out of the backlog unless more has come."""
+        if self.counted and (ended or self.latest is None) and self.backlog is not None:
+            self.counted = False
+            self.backlog.add(-1)
 
     def discard(self) -> None:
         self.latest = None
@@ -207,6 +227,33 @@ class _Mailbox:
             self._waiter = None
 
 
+class _Backlog:
+    """How many objects have an event that their worker has not handled yet; and a wait until they are few."""
+
+    __slots__ = ('_limit', '_waiter', 'count')
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._limit = 0
+        self._waiter: asyncio.Future[bool] | None = None
+
+    def add(self, delta: int) -> None:
+        self.count += delta
+        if self._waiter is not None and self.count < self._limit:
+            _resolve(self._waiter, True)
+
+    async def below(self, limit: int) -> None:
+        """Wait until fewer than ``limit`` objects wait for their workers."""
+        if self.count < limit:
+            return
+        self._limit = limit
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+
 def _resolve(waiter: asyncio.Future[bool], value: bool) -> None:
     if not waiter.done():
         waiter.set_result(value)
@@ -235,6 +282,7 @@ def _forget(
     if mailboxes.get(key) is mailbox:
         del mailboxes[key]
         probe.forget(key)
+    mailbox.settle(ended=True)  # an event left unhandled (e.g. the worker was cancelled) waits no more
     error = None if task.cancelled() else task.exception()
     if error is not None:
         suppressed = repeats.admit((key, *failures.signature(error)))
@@ -286,6 +334,7 @@ async def _worker(
                 if not admitted:
                     return  # not ours (any more): its owner handles it
                 outcome = await processor(raw_event, woken_up)
+        mailbox.settle()
         mailbox.expect(_GONE if outcome.gone else outcome.resource_version)
         if raw_event.get('type') == 'DELETED':
             return

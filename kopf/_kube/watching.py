@@ -41,7 +41,7 @@ from kopf._kube.errors import (
     APITooManyRequestsError,
     error_from_status,
 )
-from kopf._kube.fetching import list_objs
+from kopf._kube.fetching import ListPage, list_objs, list_pages
 from kopf._kube.session import APIContext
 from kopf._observability import recording
 from kopf._observability.recording import WatchProbe
@@ -114,7 +114,28 @@ async def infinite_watch(
     where = f"{resource}" + (f" in {namespace!r}" if namespace is not None else "")
     while not stopper.is_set():
         try:
-            if tracker.resource_version is None:
+            if tracker.resource_version is None and tracker.known is None:
+                # The first listing: page by page, each handed out before the next one is requested.
+                tracker.start_streaming()
+                pages = list_pages(context=context, resource=resource, namespace=namespace,
+                                   limit=settings.list_limit, logger=log)
+                async with contextlib.aclosing(pages):
+                    while True:
+                        page = await stopper.race(anext(pages, None))
+                        if page is _STOPPED:
+                            return
+                        if page is None:
+                            break
+                        delay = settings.reconnect_backoff
+                        probe.listed(len(page.items))
+                        for event in tracker.streamed(page):
+                            yield event
+                            if stopper.is_set():
+                                return
+                        del page
+                if on_listed is not None:
+                    on_listed()
+            elif tracker.resource_version is None:
                 listing = await stopper.race(list_objs(context=context, resource=resource, namespace=namespace,
                                                        limit=settings.list_limit, logger=log))
                 if listing is _STOPPED:
@@ -310,11 +331,44 @@ class _Tracker:
         self.log = log
         self.resource_version: str | None = None
         self._known: dormancy.Dormant[dict[str, _Stub]] | None = None  # by identity; None until the first listing
+        self._streaming: dict[str, _Stub] | None = None  # the first listing's objects while its pages come
+        self._voided: dict[str, _Stub] | None = None  # those of its pages voided by a restart
         self._shared = _Shared()
 
     @property
     def known(self) -> dict[str, _Stub] | None:
         return None if self._known is None else self._known.value
+
+    def start_streaming(self) -> None:
+        """A new attempt of the first listing: what an earlier attempt has listed is void."""
+        voided = {**(self._voided or {}), **(self._streaming or {})}
+        self._voided = voided or None
+        self._streaming = {}
+
+    def streamed(self, page: ListPage) -> list[RawEvent]:
+        """
+        Events for one page of the first listing, as it comes.
+
+        Nothing was known before it, so nothing can have vanished unseen but
+        the objects of pages voided by a restarted listing (an expired continue
+        token): those missing from the complete new listing are reported as
+        deleted after its last page (by their uids, so that a re-created
+        object of the same name is a different object).
+        """
+        if self._streaming is None or page.restarted:
+            self.start_streaming()
+        assert self._streaming is not None
+        for item in page.items:
+            self._remember(self._streaming, item)
+        events: list[RawEvent] = [{'type': None, 'object': item} for item in page.items]
+        if page.resource_version is not None:  # the last page
+            known, self._streaming = self._streaming, None
+            voided, self._voided = self._voided or {}, None
+            events.extend({'type': 'DELETED', 'object': stub.revive()}
+                          for key, stub in voided.items() if key not in known)
+            self._known = dormancy.Dormant(known, pack=_pack_stubs, unpack=_unpack_stubs)
+            self.resource_version = page.resource_version
+        return events
 
     def relisted(self, items: list[dict[str, Any]], resource_version: str) -> list[RawEvent]:
         """Events for a fresh listing: synthetic deletions of vanished objects, then the listing."""

@@ -160,6 +160,71 @@ async def trim_when_quiet(
             logger.debug("Gave the free memory back to the system when quiet (%d KiB).", size // 1024)
 
 
+# When the resident memory is reported as close to the container's limit, and how often it is looked at.
+LIMIT_WARNING_SHARE = 0.8
+LIMIT_CLEAR_SHARE = 0.7  # below it again, the next approach is reported again
+LIMIT_CHECK_INTERVAL = 1.0  # seconds: a listing of many objects grows fast
+# Where the container's memory limit is: cgroup v2, then v1 (where "no limit" is a huge number).
+CGROUP_LIMIT_FILES = ('/sys/fs/cgroup/memory.max', '/sys/fs/cgroup/memory/memory.limit_in_bytes')
+UNLIMITED = 2**62
+
+
+def memory_limit(files: tuple[str, ...] = CGROUP_LIMIT_FILES) -> int | None:
+    """The memory limit of this process's container (cgroup) in bytes; ``None`` if there is none or unknown."""
+    for path in files:
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text == 'max':
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            continue
+        return value if 0 < value < UNLIMITED else None
+    return None
+
+
+async def warn_near_memory_limit(
+        *,
+        interval: float = LIMIT_CHECK_INTERVAL,
+        share: float = LIMIT_WARNING_SHARE,
+        clear: float = LIMIT_CLEAR_SHARE,
+        limit: Callable[[], int | None] = memory_limit,
+        measure: Callable[[], int] = resident_memory,
+        clock: Clock = SYSTEM_CLOCK,
+) -> None:
+    """
+    Forever: say in one line, before the kernel's OOM killer ends the process, that its memory limit is too low.
+
+    The OOM killer leaves no word in the operator's log, only a restart
+    (``OOMKilled``) in the pod's status; so once the resident memory passes
+    ``share`` of the limit, the operator says what it uses and what to do.
+    It says it again only after the memory has gone below ``clear`` of the
+    limit and risen again. Nothing is done where there is no limit.
+    """
+    bound = limit()
+    if bound is None:
+        return
+    warned = False
+    peak = 0
+    while True:
+        used = measure()
+        peak = max(peak, used)
+        if not warned and used >= share * bound:
+            warned = True
+            logger.error(
+                "The operator uses %d MiB of its memory limit of %d MiB (%d%%) and may be killed by the system "
+                "soon: raise the limit to at least %d MiB, or watch fewer objects per operator "
+                "(fewer namespaces, or sharding with several replicas).",
+                used // 2**20, bound // 2**20, used * 100 // bound, peak * 3 // 2 // 2**20)
+        elif warned and used < clear * bound:
+            warned = False
+        await clock.sleep(interval)
+
+
 def restart_command(environ: Mapping[str, str]) -> tuple[str, list[str], dict[str, str]] | None:
     """
     How to start this process over with the C allocator (program, arguments, environment); None if it should not.

@@ -82,14 +82,16 @@ def run(*, loop: asyncio.AbstractEventLoop | None = None, **kwargs: Any) -> None
 
 
 async def _owning_the_process(main: Coroutine[Any, Any, None]) -> None:
-    """The operator, with the upkeep of a process of its own: free memory goes back when quiet."""
+    """The operator, with the upkeep of a process of its own: free memory goes back when quiet; its limit is watched."""
     trimmer = asyncio.create_task(allocation.trim_when_quiet(), name="kopf: free memory back when quiet")
+    guard = asyncio.create_task(allocation.warn_near_memory_limit(), name="kopf: warn near the memory limit")
     try:
         await main
     finally:
-        trimmer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await trimmer
+        for task in (trimmer, guard):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 class OperatorOptions(TypedDict, total=False):

@@ -245,3 +245,48 @@ def test_a_black_holed_connection_is_noticed_and_reopened(kube, control_plane, n
     assert delay < 10
     assert proxy.figures().get('blackhole', 0) >= 1
     assert [call['handler'] for call in read_calls(calls)] == HANDLERS * 2
+
+
+def test_a_listing_throttled_and_expired_midway_starts_over_and_loses_nothing(kube, control_plane, namespace,
+                                                                              tmp_path, observer):
+    collection = f"/api/v1/namespaces/{namespace}/configmaps"
+    injected: list[str] = []
+
+    def policy(request) -> Fault | None:
+        """The listing's second page: throttled once, then its continue token has expired."""
+        if request.method != 'GET' or request.is_watch or 'continue' not in request.query:
+            return None
+        if request.path != collection or len(injected) >= 2:
+            return None
+        injected.append('429' if not injected else '410')
+        return Fault('status', 429, retry_after=1) if injected[-1] == '429' else Fault('status', 410)
+
+    objects = 30
+    for index in range(objects):
+        kube.create(collection, configmap(f'listed-{index:03d}'))
+    uids = {item['metadata']['uid'] for item in kube.get(collection)['items']}
+    proxy = FaultProxy(control_plane, tmp_path / 'proxy', policy=policy).start()
+    calls = tmp_path / 'calls.jsonl'
+    operator = OperatorProcess([*kopf_run(namespace), '--verbose'], kubeconfig=proxy.kubeconfig,
+                               env={'E2E_CALLS': str(calls), 'E2E_LIST_LIMIT': '10'}, log=tmp_path / 'operator.log')
+    try:
+        def all_finished() -> bool:
+            with observer.lock:
+                return uids <= set(observer.finished)
+
+        operator.wait(all_finished, what="every listed object finished on the server", timeout=120)
+        operator.wait_for_output("Serving configmaps")
+        assert operator.stop() == 0
+    finally:
+        operator.kill()
+        proxy.stop()
+
+    assert injected == ['429', '410']
+    per_handler = collections.Counter((call['uid'], call['handler']) for call in read_calls(calls)
+                                      if call['handler'] in HANDLERS)
+    # The first page is listed twice (before and after the restart of the listing), its objects handled once.
+    assert per_handler == {(uid, handler): 1 for uid in uids for handler in HANDLERS}
+    assert 'retrying in 1.00s as asked' in operator.output
+    assert ("The continue token of the listing of configmaps.v1 has expired after 10 objects; "
+            "listing again from the start.") in operator.output
+    assert 'Traceback' not in operator.output, operator.output[-5000:]

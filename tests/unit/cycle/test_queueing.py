@@ -377,3 +377,44 @@ async def test_the_queue_tells_its_probe_what_arrives_what_is_taken_and_when_a_w
                         processor=processor, settings=Settings(), probe=probe)
     assert seen == ['DELETED']  # batched: the latest wins
     assert probe.calls == [('arrived', 'a', False), ('arrived', 'a', True), ('taken', 'a', False), ('forget', 'a')]
+async def test_a_listing_waits_while_many_listed_objects_wait_for_their_workers(clock, monkeypatch):
+    monkeypatch.setattr(queueing, 'LISTING_BACKLOG', 4, raising=False)
+    pulled = []  # how many objects had been handled when each listed event was taken from the stream
+    handled = []
+
+    async def listing():
+        for i in range(12):
+            pulled.append(len(handled))
+            yield event(f'o{i}', 1, type_=None)
+        await clock.sleep(1.0)
+
+    async def processor(raw_event, woken_up):
+        await clock.sleep(0.2)
+        handled.append(raw_event['object']['metadata']['uid'])
+        return ProcessingOutcome()
+
+    await watch_objects(clock, stream=listing(), processor=processor, settings=Settings())
+    assert len(handled) == 12
+    assert pulled[:5] == [0, 0, 0, 0, 0]  # the first four wait, the fifth is pulled before it waits
+    assert max(i - done for i, done in enumerate(pulled)) <= 4  # never more than the backlog ahead
+
+
+async def test_watch_events_are_never_held_back_by_the_backlog(clock, monkeypatch):
+    monkeypatch.setattr(queueing, 'LISTING_BACKLOG', 2, raising=False)
+    pulled = []
+    handled = []
+
+    async def stream():
+        for i in range(6):
+            pulled.append(len(handled))
+            yield event(f'o{i}', 1, type_='ADDED')
+        await clock.sleep(1.0)
+
+    async def processor(raw_event, woken_up):
+        await clock.sleep(0.2)
+        handled.append(raw_event['object']['metadata']['uid'])
+        return ProcessingOutcome()
+
+    await watch_objects(clock, stream=stream(), processor=processor, settings=Settings())
+    assert pulled == [0] * 6
+    assert len(handled) == 6

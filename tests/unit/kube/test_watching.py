@@ -609,3 +609,38 @@ async def test_an_unreadable_line_is_watched_again_from_the_last_good_version(ar
     assert [q['resourceVersion'] for q in watch_queries(history)] == ['10', '11']
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and 'has sent an unreadable line' in warnings[0], warnings
+
+
+# --- The first listing, page by page ----------------------------------------------------------------
+
+async def test_the_first_listing_hands_out_each_page_before_requesting_the_next(aresponses, host, context,
+                                                                               history, stream_response):
+    first = listing(obj('a', '5'), rv='10')
+    first['metadata']['continue'] = 'next'
+    aresponses.add(host, PATH, 'GET', first)
+    aresponses.add(host, PATH, 'GET', listing(obj('b', '6'), rv='10'))
+    aresponses.add(host, PATH, 'GET', stream_response(event('ADDED', obj('c', '11'))))
+    stream = infinite_watch(context=context, resource=KEX, namespace=None, settings=WatchingConfig(list_limit=1))
+    async with contextlib.aclosing(stream):
+        first_event = await asyncio.wait_for(anext(stream), timeout=5)
+        requested_meanwhile = len(list_requests(history))  # while the consumer holds the first page's object
+        rest = [await asyncio.wait_for(anext(stream), timeout=5) for _ in range(2)]
+    assert summary([first_event, *rest]) == [(None, 'a'), (None, 'b'), ('ADDED', 'c')]
+    assert requested_meanwhile == 1
+
+
+async def test_an_expired_first_listing_reports_the_objects_of_its_void_pages_that_are_gone(
+        aresponses, host, context, history, stream_response):
+    first = listing(obj('a', '5'), obj('x', '6'), rv='10')
+    first['metadata']['continue'] = 't1'
+    aresponses.add(host, PATH, 'GET', first)
+    aresponses.add(host, PATH, 'GET', status_response(aresponses, 410, 'The provided continue parameter is too old'))
+    aresponses.add(host, PATH, 'GET', listing(obj('a', '5'), obj('b', '30'), rv='40'))
+    aresponses.add(host, PATH, 'GET', stream_response(event('MODIFIED', obj('b', '41'))))
+    settings = WatchingConfig(list_limit=2)
+    events = await take(infinite_watch(context=context, resource=KEX, namespace=None, settings=settings), 6)
+    # x was listed, then deleted while the listing started over: no watch will ever tell of it.
+    assert summary(events) == [(None, 'a'), (None, 'x'), (None, 'a'), (None, 'b'), ('DELETED', 'x'),
+                               ('MODIFIED', 'b')]
+    assert events[4]['object']['metadata'] == obj('x', '6')['metadata']
+    assert [q['resourceVersion'] for q in watch_queries(history)] == ['40']

@@ -277,3 +277,58 @@ def test_kopf_run_with_the_option_keeps_the_allocator_that_the_user_chose(tmp_pa
 def test_the_environment_variable_alone_is_the_opt_in_of_the_deployment_recipe(tmp_path):
     pid, report = run_reporting_operator(tmp_path, [sys.executable, '-m', 'kopf'], PYTHONMALLOC='malloc')
     assert report == {'allocator': 'malloc', 'pid': pid, 'variables': ['PYTHONMALLOC']}  # as CPython has it
+
+
+# --- The memory limit: one line before the OOM killer -----------------------------------------------
+
+async def watch_memory(readings: list[int], *, bound: int | None) -> None:
+    """Let the guard look at the memory once per reading (the resident memory at that moment)."""
+    values = iter(readings)
+    current = [readings[0]]
+
+    class Steps:
+        async def sleep(self, _: float) -> None:
+            try:
+                current[0] = next(values)
+            except StopIteration:
+                raise asyncio.CancelledError from None
+
+    next(values)  # the first reading is the one before the first sleep
+    with pytest.raises(asyncio.CancelledError):
+        await allocation.warn_near_memory_limit(limit=lambda: bound, measure=lambda: current[0], clock=Steps())
+
+
+def limit_lines(caplog):
+    return [r for r in caplog.records if 'memory limit' in r.getMessage()]
+
+
+async def test_nearing_the_memory_limit_is_said_once_with_what_to_do(caplog):
+    await watch_memory([100 * MB, 200 * MB, 410 * MB, 450 * MB, 480 * MB], bound=500 * MB)
+    [record] = limit_lines(caplog)
+    assert record.levelname == 'ERROR'
+    assert record.getMessage() == (
+        "The operator uses 410 MiB of its memory limit of 500 MiB (82%) and may be killed by the system soon: "
+        "raise the limit to at least 615 MiB, or watch fewer objects per operator (fewer namespaces, "
+        "or sharding with several replicas).")
+
+
+async def test_nearing_the_limit_again_after_a_fall_is_said_again(caplog):
+    await watch_memory([410 * MB, 380 * MB, 420 * MB, 300 * MB, 420 * MB], bound=500 * MB)
+    assert len(limit_lines(caplog)) == 2  # not for the wobble above 70%, but after the fall below it
+
+
+async def test_without_a_limit_nothing_is_watched(caplog):
+    await asyncio.wait_for(allocation.warn_near_memory_limit(limit=lambda: None, measure=lambda: 10**12), 1)
+    assert limit_lines(caplog) == []
+
+
+def test_the_limit_is_read_from_the_cgroup_files(tmp_path):
+    v2, v1 = tmp_path / 'memory.max', tmp_path / 'memory.limit_in_bytes'
+    v1.write_text('9223372036854771712\n')  # cgroup v1's "no limit"
+    assert allocation.memory_limit((str(v2), str(v1))) is None
+    v1.write_text('268435456\n')
+    assert allocation.memory_limit((str(v2), str(v1))) == 256 * MB
+    v2.write_text('max\n')
+    assert allocation.memory_limit((str(v2), str(v1))) is None  # v2 first: it is the one in use
+    v2.write_text('536870912\n')
+    assert allocation.memory_limit((str(v2), str(v1))) == 512 * MB
