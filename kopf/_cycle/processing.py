@@ -244,11 +244,13 @@ async def _send(
     name = body.metadata.name or ''
     namespace = body.metadata.namespace
     rejection = ''
-    size = _size(patch) if essential is not None else 0
+    recorder = recording.current()
+    size = _size(patch) if essential is not None or recorder.enabled else 0
+    sized = patch  # the patch that ``size`` is the size of
     if size > MAX_PATCH_SIZE and essential is not None:
         rejection = (f"The patch is too large to be sent ({size:,} bytes; at most {MAX_PATCH_SIZE:,}). "
                      f"Not stored: {', '.join(extras)}.")
-        recording.current().patch_refused(watch.resource, 'too_large')
+        recorder.patch_refused(watch.resource, 'too_large')
         if not essential:
             logger.error("%s", rejection)
             return ProcessingOutcome(delay=delay)
@@ -271,11 +273,11 @@ async def _send(
                                                namespace=namespace, name=name, patch=patch, logger=logger)
         except APIConflictError:
             logger.debug("The object has changed meanwhile; re-sending the patch based on the fresh object.")
-            recording.current().patch_refused(watch.resource, 'conflict_rebased')
+            recorder.patch_refused(watch.resource, 'conflict_rebased')
             conflicted = True
             continue
         except (APIUnauthorizedError, APITooManyRequestsError) as e:
-            recording.current().patch_refused(watch.resource, 'deferred')
+            recorder.patch_refused(watch.resource, 'deferred')
             _give_up(watch, body, e, logger, f"{rejection} " if rejection else '', _unsendable(e, watch))
             watch.unsent[key] = Unsent(patch=patch, delay=delay, essential=essential, extras=extras, fns=tuple(fns))
             return ProcessingOutcome(delay=REJECTED_PATCH_DELAY)
@@ -286,7 +288,7 @@ async def _send(
                                                             attempt, PATCH_ATTEMPTS, _explain(e))
                 await asyncio.sleep(PATCH_PAUSE * attempt)
                 continue
-            recording.current().patch_refused(watch.resource, 'too_large' if too_large(e) else 'rejected')
+            recorder.patch_refused(watch.resource, 'too_large' if too_large(e) else 'rejected')
             if essential is not None:
                 # The handlers' results or changes may be what the server refuses: never lose the progress to them.
                 rejection = f"{_refusal(e)}. Not stored: {', '.join(extras)}."
@@ -304,7 +306,7 @@ async def _send(
                                                         attempt, PATCH_ATTEMPTS, e)
             await asyncio.sleep(PATCH_PAUSE * attempt)
             continue
-        recording.current().patched(watch.resource, patch)
+        recorder.patched(watch.resource, patch, size=size if patch is sized else None)
         if patched is None:
             return ProcessingOutcome(gone=True)  # gone meanwhile: nothing left to do
         if rejection:

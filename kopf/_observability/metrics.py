@@ -161,12 +161,12 @@ class MetricsRecorder(Recorder):
     def cycle_failed(self, resource: ResourceKey) -> None:
         self.cycle_failures.labels(self.label(resource)).inc()
 
-    def patched(self, resource: ResourceKey, patch: Mapping[str, Any]) -> None:
+    def patched(self, resource: ResourceKey, patch: Mapping[str, Any], *, size: int | None = None) -> None:
         self._patch_outcome(resource, 'sent').inc()
         child = self._sizes.get(resource)
         if child is None:
             child = self._sizes[resource] = self.patch_size.labels(self.label(resource))
-        child.observe(_size(patch))
+        child.observe(_size(patch) if size is None else size)
 
     def patch_refused(self, resource: ResourceKey, outcome: str) -> None:
         self._patch_outcome(resource, outcome).inc()

@@ -155,8 +155,8 @@ class Recorder:
     def cycle_failed(self, resource: ResourceKey) -> None:
         """The current cycle has failed unexpectedly (reported in the log; retried later)."""
 
-    def patched(self, resource: ResourceKey, patch: Mapping[str, Any]) -> None:
-        """A cycle's patch has landed."""
+    def patched(self, resource: ResourceKey, patch: Mapping[str, Any], *, size: int | None = None) -> None:
+        """A cycle's patch has landed; ``size``: its size as JSON, if the caller knows it already."""
 
     def patch_refused(self, resource: ResourceKey, outcome: str) -> None:
         """A cycle's patch met ``conflict_rebased``, ``rejected``, ``too_large``, or ``deferred`` (401, 429)."""

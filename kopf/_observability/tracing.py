@@ -222,8 +222,8 @@ class TracingRecorder(Recorder):
             span.set_status(Status(StatusCode.ERROR, "the handling has failed"))
         self.inner.cycle_failed(resource)
 
-    def patched(self, resource: ResourceKey, patch: Mapping[str, Any]) -> None:
-        self.inner.patched(resource, patch)
+    def patched(self, resource: ResourceKey, patch: Mapping[str, Any], *, size: int | None = None) -> None:
+        self.inner.patched(resource, patch, size=size)
 
     def patch_refused(self, resource: ResourceKey, outcome: str) -> None:
         span = trace.get_current_span()

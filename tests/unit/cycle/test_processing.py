@@ -10,6 +10,7 @@ import gc
 import json
 import logging
 import weakref
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -760,7 +761,8 @@ async def test_the_cycle_its_cause_and_its_patch_conflict_are_recorded(aresponse
     aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=409, text=json.dumps(
         {'kind': 'Status', 'code': 409, 'reason': 'Conflict', 'message': 'the object has been modified'})))
     aresponses.add(host, PATH, 'GET', web.json_response(raw('7')))
-    aresponses.add(host, PATH, 'PATCH', patched([], '8'))
+    sent: list[dict[str, Any]] = []
+    aresponses.add(host, PATH, 'PATCH', patched(sent, '8'))
     token = recording.install(recorder)
     try:
         await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
@@ -772,6 +774,27 @@ async def test_the_cycle_its_cause_and_its_patch_conflict_are_recorded(aresponse
     assert samples.get_sample_value('kopf_queue_retries_total', label) == 1  # it asked to come back in 5 s
     assert samples.get_sample_value('kopf_patch_outcomes_total', {**label, 'outcome': 'conflict_rebased'}) == 1
     assert samples.get_sample_value('kopf_patch_outcomes_total', {**label, 'outcome': 'sent'}) == 1
+    # The size of the patch as it landed: re-based on the fresh object, so no longer the first one's.
+    assert samples.get_sample_value('kopf_patch_size_bytes_sum', label) == json_size(sent[-1])
+
+
+def json_size(body: Any) -> int:
+    return len(json.dumps(body, separators=(',', ':')).encode('utf-8'))
+
+
+async def test_the_size_of_a_patch_is_that_of_what_was_sent(aresponses, host, watch, result):
+    recorder = metrics.MetricsRecorder(process=False)
+    result({'metadata': {'annotations': {'kopf.zalando.org/fn': '{"started": "2026-12-02T05:30:00.000000Z"}'}}})
+    sent: list[dict[str, Any]] = []
+    aresponses.add(host, PATH, 'PATCH', patched(sent, '2'))
+    token = recording.install(recorder)
+    try:
+        await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
+    finally:
+        recording.uninstall(token)
+    label = {'resource': 'kopfexamples.kopf.dev'}
+    assert recorder.registry.get_sample_value('kopf_patch_size_bytes_sum', label) == json_size(sent[0])
+    assert recorder.registry.get_sample_value('kopf_patch_size_bytes_count', label) == 1
 
 
 async def test_a_refused_patch_is_recorded_as_rejected(aresponses, host, watch, result):
