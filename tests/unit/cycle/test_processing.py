@@ -5,11 +5,13 @@ The API server is an ``aresponses`` mock; the handling itself is replaced by
 a fixed result where only the sending matters.
 """
 import asyncio
+import contextlib
 import dataclasses
 import gc
 import json
 import logging
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -755,19 +757,30 @@ async def test_the_functions_of_a_patch_the_api_would_not_take_are_kept_with_it(
     assert outcome.resource_version == '3'
 
 
-async def test_the_cycle_its_cause_and_its_patch_conflict_are_recorded(aresponses, host, watch, result):
+@contextlib.contextmanager
+def recorded() -> Iterator[metrics.MetricsRecorder]:
+    """A metrics recorder installed for what runs inside (the operator installs its own likewise)."""
     recorder = metrics.MetricsRecorder(process=False)
+    token = recording.install(recorder)
+    try:
+        yield recorder
+    finally:
+        recording.uninstall(token)
+
+
+def json_size(body: Any) -> int:
+    return len(json.dumps(body, separators=(',', ':')).encode('utf-8'))
+
+
+async def test_the_cycle_its_cause_and_its_patch_conflict_are_recorded(aresponses, host, watch, result):
     result({'metadata': {'annotations': {'kopf.zalando.org/fn': '{}'}}}, delay=5)
     aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=409, text=json.dumps(
         {'kind': 'Status', 'code': 409, 'reason': 'Conflict', 'message': 'the object has been modified'})))
     aresponses.add(host, PATH, 'GET', web.json_response(raw('7')))
     sent: list[dict[str, Any]] = []
     aresponses.add(host, PATH, 'PATCH', patched(sent, '8'))
-    token = recording.install(recorder)
-    try:
+    with recorded() as recorder:
         await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
-    finally:
-        recording.uninstall(token)
     samples = recorder.registry
     label = {'resource': 'kopfexamples.kopf.dev'}
     assert samples.get_sample_value('kopf_cycles_total', {**label, 'cause': 'create'}) == 1
@@ -778,37 +791,25 @@ async def test_the_cycle_its_cause_and_its_patch_conflict_are_recorded(aresponse
     assert samples.get_sample_value('kopf_patch_size_bytes_sum', label) == json_size(sent[-1])
 
 
-def json_size(body: Any) -> int:
-    return len(json.dumps(body, separators=(',', ':')).encode('utf-8'))
-
-
 async def test_the_size_of_a_patch_is_that_of_what_was_sent(aresponses, host, watch, result):
-    recorder = metrics.MetricsRecorder(process=False)
     result({'metadata': {'annotations': {'kopf.zalando.org/fn': '{"started": "2026-12-02T05:30:00.000000Z"}'}}})
     sent: list[dict[str, Any]] = []
     aresponses.add(host, PATH, 'PATCH', patched(sent, '2'))
-    token = recording.install(recorder)
-    try:
+    with recorded() as recorder:
         await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
-    finally:
-        recording.uninstall(token)
     label = {'resource': 'kopfexamples.kopf.dev'}
     assert recorder.registry.get_sample_value('kopf_patch_size_bytes_sum', label) == json_size(sent[0])
     assert recorder.registry.get_sample_value('kopf_patch_size_bytes_count', label) == 1
 
 
 async def test_a_refused_patch_is_recorded_as_rejected(aresponses, host, watch, result):
-    recorder = metrics.MetricsRecorder(process=False)
     result({'status': {'fn': 'x'}, 'metadata': {'annotations': {'kopf.zalando.org/fn': '{}'}}},
            essential={'metadata': {'annotations': {'kopf.zalando.org/fn': '{}'}}}, extras=('status.fn',))
     aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=422, text=json.dumps(
         {'kind': 'Status', 'code': 422, 'reason': 'Invalid', 'message': 'no'})))
     aresponses.add(host, PATH, 'PATCH', patched([], '2'))
-    token = recording.install(recorder)
-    try:
+    with recorded() as recorder:
         await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
-    finally:
-        recording.uninstall(token)
     outcomes = {'resource': 'kopfexamples.kopf.dev'}
     assert recorder.registry.get_sample_value('kopf_patch_outcomes_total', {**outcomes, 'outcome': 'rejected'}) == 1
     assert recorder.registry.get_sample_value('kopf_patch_outcomes_total', {**outcomes, 'outcome': 'sent'}) == 1
