@@ -72,9 +72,12 @@ What a crash costs
 * **After the patch lands**: nothing; the next process continues from the
   object.
 * **Between the two requests of a patch** (resources with the ``status``
-  subresource get the main part first, then ``/status``): the progress in
-  annotations has landed, the results in ``status`` have not; the handlers
-  are not run again, and their results are lost.
+  subresource get ``/status`` first, then the main part): the results in
+  ``status`` have landed, the progress in annotations and the diff-base have
+  not; the handlers run again after the restart, as before the patch, and
+  nothing they returned is lost. (With the progress in the status, it has
+  landed with the results: the handlers are not run again, and the cause is
+  concluded by the next cycle.)
 * **Progress storages outside of the object** get each handler's start
   before it runs and each outcome right after its attempt (they cost no API
   request): a crash costs at most the handler that was running. Their purges

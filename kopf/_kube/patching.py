@@ -62,8 +62,9 @@ async def patch_obj(
     """
     Apply a JSON merge-patch to an object; return the object as the server has it now.
 
-    With a status subresource, the main part goes to the object and the
-    ``status`` part to ``/status``, in this order, each only if non-empty.
+    With a status subresource, the ``status`` part goes to ``/status`` and
+    then the main part to the object, each only if non-empty: what concludes
+    a cause (the diff-base, the progress in annotations) lands last.
     Returns ``None`` if the object is gone (404), or if the patch is empty
     (nothing is sent then). Conflicts, invalid patches and other errors are
     raised as typed API errors: the caller keeps its patch and retries.
@@ -201,12 +202,15 @@ async def _merge_patch(
     log: Logger = logger if logger is not None else logging.getLogger(__name__)
     parts: list[tuple[str | None, dict[str, Any]]] = []
     if 'status' in resource.subresources:
+        # The status first, the rest last: the main part carries the diff-base and the progress in
+        # annotations, so once they are visible, so are the handlers' results (a crash in between
+        # re-runs handlers rather than losing what they returned).
         main = {key: value for key, value in patch.items() if key != 'status'}
         status = patch.get('status')
-        if main:
-            parts.append((None, main))
         if status is not None and status != {}:
             parts.append(('status', {'status': status}))
+        if main:
+            parts.append((None, main))
     elif len(patch):  # not bool(): a Patch with transformation functions only is true, but has nothing to merge
         parts.append((None, dict(patch)))
 

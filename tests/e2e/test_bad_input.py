@@ -142,7 +142,7 @@ def test_the_documented_role_is_all_an_operator_needs(kube, namespace, operators
                          E2E_CALLS=str(calls), E2E_SECOND_FAILS='0')
     path = create_example(kube, namespace)
 
-    # The results arrive through the status subresource, in a request right after the main one.
+    # The results arrive through the status subresource, in a request right before the main one.
     obj = operator.wait(lambda: (lambda o: o if o and 'first' in (o.get('status') or {}) else None)(
         concluded(kube, path)), what="the creation to be concluded, with its results")
     assert obj['status']['first'] == 'first-done'  # the result, through the status subresource

@@ -137,8 +137,8 @@ def handled(api: KubeAPI, path: str, *results: str, key: str = LAST_HANDLED) -> 
     """
     A condition: the object, once its cause is fully handled: its diff-base and the handlers' results are stored.
 
-    The results are checked separately: with the status subresource, they arrive
-    in a second request, right after the main part of the patch with the diff-base.
+    The results are checked too: with the status subresource, they arrive in a
+    request of their own, right before the main part of the patch with the diff-base.
     """
     def condition() -> dict[str, Any] | None:
         obj = api.find(path)

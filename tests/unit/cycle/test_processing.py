@@ -35,6 +35,7 @@ from tests.unit.conftest import idle
 RESOURCE = Resource(group='kopf.dev', version='v1', plural='kopfexamples', kind='KopfExample',
                     subresources=frozenset({'status'}))
 PATH = '/apis/kopf.dev/v1/namespaces/ns/kopfexamples/ex'
+STATUS = f'{PATH}/status'
 OURS = 'kopf.zalando.org/KopfFinalizerMarker'
 
 
@@ -162,7 +163,7 @@ async def test_a_rejected_result_is_reported_once_and_the_progress_is_sent_alone
         aresponses, host, watch, result, caplog):
     sent = []
     result(COMBINED, delay=2, essential=PROGRESS, extras=('status.fn',))
-    aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=422, text=invalid('status.fn: must be integer')))
+    aresponses.add(host, STATUS, 'PATCH', aresponses.Response(status=422, text=invalid('status.fn: must be integer')))
     aresponses.add(host, PATH, 'PATCH', patched(sent, '5'))
     with caplog.at_level(logging.ERROR):
         outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
@@ -176,7 +177,7 @@ async def test_a_rejected_result_is_reported_once_and_the_progress_is_sent_alone
 
 async def test_a_rejected_essential_part_is_retried_later(aresponses, host, watch, result, caplog):
     result(COMBINED, essential=PROGRESS, extras=('status.fn',))
-    aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=422, text=invalid('bad result')))
+    aresponses.add(host, STATUS, 'PATCH', aresponses.Response(status=422, text=invalid('bad result')))
     aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=422, text=invalid('annotations too long')))
     with caplog.at_level(logging.ERROR):
         outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
@@ -198,10 +199,11 @@ async def test_after_a_conflict_the_essential_part_is_rebased_too(aresponses, ho
     sent = []
     essential = {'metadata': {'finalizers': [OURS], 'resourceVersion': '1'}}
     result({**essential, 'status': {'fn': 'x'}}, essential=essential, extras=('status.fn',))
+    aresponses.add(host, STATUS, 'PATCH', patched([], '2'))  # the status first: it has no version to conflict on
     aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=409, text=json.dumps(
         {'kind': 'Status', 'code': 409, 'reason': 'Conflict', 'message': 'modified'})))
     aresponses.add(host, PATH, 'GET', web.json_response(raw('7', finalizers=['foreign/fin'])))
-    aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=422, text=invalid('bad result')))
+    aresponses.add(host, STATUS, 'PATCH', aresponses.Response(status=422, text=invalid('bad result')))
     aresponses.add(host, PATH, 'PATCH', patched(sent, '8'))
     outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
     assert sent == [{'metadata': {'finalizers': ['foreign/fin', OURS], 'resourceVersion': '7'}}]
@@ -268,13 +270,13 @@ async def test_nothing_of_a_processed_event_is_kept(aresponses, host, watch):
         return 'done'
     kopf.on.create('kopfexamples', id='create_fn', registry=watch.registry)(create_fn)
     sent = []
-    aresponses.add(host, PATH, 'PATCH', patched(sent, '2'))
-    aresponses.add(host, f'{PATH}/status', 'PATCH', patched(sent, '3'))
+    aresponses.add(host, f'{PATH}/status', 'PATCH', patched(sent, '2'))
+    aresponses.add(host, PATH, 'PATCH', patched(sent, '3'))
 
     outcome = await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
 
     assert outcome.resource_version == '3'
-    assert sent[-1] == {'status': {'create_fn': 'done'}}
+    assert sent[0] == {'status': {'create_fn': 'done'}}
     assert len(refs) == 3
     watch.config.execution.executor.shutdown(wait=True)  # its thread lets go of its last call after the result
     await idle()  # and what it has sent to the event loop is done with, too
@@ -337,7 +339,7 @@ async def test_a_patch_the_api_would_not_take_is_sent_again_before_any_handling(
         aresponses, host, watch, result, monkeypatch, code, reason):
     watch.context.throttle_retries = 0
     result(COMBINED, delay=7)
-    aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=code, text=status(code, reason, 'not now'),
+    aresponses.add(host, STATUS, 'PATCH', aresponses.Response(status=code, text=status(code, reason, 'not now'),
                                                             headers={'Retry-After': '1'}))
     outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
     assert outcome.delay == processing.REJECTED_PATCH_DELAY
@@ -349,10 +351,10 @@ async def test_a_patch_the_api_would_not_take_is_sent_again_before_any_handling(
         raise AssertionError("The handlers must not run again before their outcomes are stored.")
     monkeypatch.setattr(cycle, 'handle_object', handle_object)
     sent = []
-    aresponses.add(host, PATH, 'PATCH', patched(sent, '2'))
-    aresponses.add(host, f'{PATH}/status', 'PATCH', patched(sent, '3'))
+    aresponses.add(host, STATUS, 'PATCH', patched(sent, '2'))
+    aresponses.add(host, PATH, 'PATCH', patched(sent, '3'))
     outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, True)  # the wake-up
-    assert sent == [PROGRESS, {'status': COMBINED['status']}]  # the same patch, results and all
+    assert sent == [{'status': COMBINED['status']}, PROGRESS]  # the same patch, results and all
     assert outcome.resource_version == '3' and outcome.delay == 7
     assert handled == [] and watch.unsent == {}
 
@@ -384,12 +386,11 @@ async def test_a_forbidden_patch_names_the_verb_and_the_resource(aresponses, hos
 async def test_a_forbidden_status_loses_the_results_only(aresponses, host, watch, result, caplog):
     sent = []
     result(COMBINED, delay=2, essential=PROGRESS, extras=('status.fn',))
-    aresponses.add(host, PATH, 'PATCH', patched(sent, '5'))
-    aresponses.add(host, f'{PATH}/status', 'PATCH', aresponses.Response(
+    aresponses.add(host, STATUS, 'PATCH', aresponses.Response(
         status=403, text=status(403, 'Forbidden', 'cannot patch resource "kopfexamples/status"')))
     aresponses.add(host, PATH, 'PATCH', patched(sent, '6'))
     outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
-    assert sent == [PROGRESS, PROGRESS]
+    assert sent == [PROGRESS]
     assert outcome.delay == 2 and outcome.resource_version == '6'
     [error] = errors_in(caplog)
     assert 'The server refused the patch: 403 Forbidden' in error.getMessage()
@@ -405,7 +406,7 @@ async def test_other_refusals_of_a_result_are_reported_once_not_retried(
         aresponses, host, watch, result, caplog, code, reason, message):
     sent = []
     result(COMBINED, delay=2, essential=PROGRESS, extras=('status.fn',))
-    aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=code, text=status(code, reason, message)))
+    aresponses.add(host, STATUS, 'PATCH', aresponses.Response(status=code, text=status(code, reason, message)))
     aresponses.add(host, PATH, 'PATCH', patched(sent, '5'))
     outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
     assert sent == [PROGRESS]
@@ -433,7 +434,7 @@ async def test_a_rejection_never_dumps_the_object(aresponses, host, watch, resul
     causes = [{'reason': 'FieldValueInvalid', 'field': 'status.fn', 'message': 'Invalid value: "s": must be integer'},
               {'reason': 'FieldValueInvalid', 'field': '<nil>', 'message': f'Invalid value: {dump}'}]
     result(COMBINED, essential=PROGRESS, extras=('status.fn',))
-    aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=422, text=status(
+    aresponses.add(host, STATUS, 'PATCH', aresponses.Response(status=422, text=status(
         422, 'Invalid', f'KopfExample "ex" is invalid: status.fn: must be integer, <nil>: {dump}', causes=causes)))
     aresponses.add(host, PATH, 'PATCH', patched([], '5'))
     await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
@@ -561,7 +562,7 @@ async def test_what_the_annotation_budget_leaves_out_does_not_make_the_patch_too
     aresponses.add(host, f'{PATH}/status', 'PATCH', concluding(sent))
     await processing.process_event(watch, {'type': 'ADDED', 'object': raw()}, False)
 
-    [(main_path, main), (status_path, status_part)] = sent
+    [(status_path, status_part), (main_path, main)] = sent
     assert main_path == PATH and status_path == f'{PATH}/status'
     assert set(main['metadata']['annotations']) == {'kopf.zalando.org/last-handled-configuration'}
     assert status_part == {'status': {'create_fn': 'ok'}}  # the result is stored
@@ -805,7 +806,7 @@ async def test_the_size_of_a_patch_is_that_of_what_was_sent(aresponses, host, wa
 async def test_a_refused_patch_is_recorded_as_rejected(aresponses, host, watch, result):
     result({'status': {'fn': 'x'}, 'metadata': {'annotations': {'kopf.zalando.org/fn': '{}'}}},
            essential={'metadata': {'annotations': {'kopf.zalando.org/fn': '{}'}}}, extras=('status.fn',))
-    aresponses.add(host, PATH, 'PATCH', aresponses.Response(status=422, text=json.dumps(
+    aresponses.add(host, STATUS, 'PATCH', aresponses.Response(status=422, text=json.dumps(
         {'kind': 'Status', 'code': 422, 'reason': 'Invalid', 'message': 'no'})))
     aresponses.add(host, PATH, 'PATCH', patched([], '2'))
     with recorded() as recorder:

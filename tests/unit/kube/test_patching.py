@@ -64,21 +64,22 @@ async def test_without_status_subresource_everything_goes_to_the_main_endpoint(c
     assert result['status']['kopf'] == {'progress': {'fn': {'retries': 1}}}
 
 
-async def test_with_status_subresource_the_patch_is_split_main_first(context, aresponses, host, history):
-    main_handler, state = server_applying(ignore_status=True)
-    aresponses.add(host, MAIN, 'PATCH', main_handler)
+async def test_with_status_subresource_the_patch_is_split_status_first(context, aresponses, host, history):
+    status_handler, state = server_applying(only_status=True)
+    aresponses.add(host, STATUS, 'PATCH', status_handler)
 
-    async def status_on_the_same_object(request):  # continue from what the main patch left
+    async def main_on_the_same_object(request):  # continue from what the status patch left
         patch = await request.json()
-        state['obj'] = apply(state['obj'], {'status': patch['status']})
+        state['obj'] = apply(state['obj'], {key: value for key, value in patch.items() if key != 'status'})
         return web.json_response(state['obj'])
 
-    aresponses.add(host, STATUS, 'PATCH', status_on_the_same_object)
+    aresponses.add(host, MAIN, 'PATCH', main_on_the_same_object)
     patch = {'metadata': {'annotations': {'a': 'b'}}, 'spec': {'x': 1}, 'status': {'done': True}}
     result = await patch_obj(context=context, resource=WITH_STATUS, namespace='ns1', name='kex1', patch=patch)
+    # The main part (where the diff-base and the progress live) last: visible, it says the results are too.
     assert await bodies(history()) == [
-        (MAIN, {'metadata': {'annotations': {'a': 'b'}}, 'spec': {'x': 1}}),
         (STATUS, {'status': {'done': True}}),
+        (MAIN, {'metadata': {'annotations': {'a': 'b'}}, 'spec': {'x': 1}}),
     ]
     assert all(r.headers['Content-Type'] == 'application/merge-patch+json' for r in history())
     assert result == state['obj']  # the object of the last response
@@ -202,12 +203,12 @@ def status(aresponses, code, message):
 
 
 async def test_gone_object_gives_none_quietly(context, aresponses, host, history, caplog):
-    aresponses.add(host, MAIN, 'PATCH', status(aresponses, 404, 'not found'))
+    aresponses.add(host, STATUS, 'PATCH', status(aresponses, 404, 'not found'))
     with caplog.at_level(logging.DEBUG, logger='kopf._kube.patching'):
         result = await patch_obj(context=context, resource=WITH_STATUS, namespace='ns1', name='kex1',
                                  patch={'metadata': {'annotations': {'a': 'b'}}, 'status': {'x': 1}})
     assert result is None
-    assert [r.path for r in history()] == [MAIN]  # no /status after the object is gone
+    assert [r.path for r in history()] == [STATUS]  # no main part after the object is gone
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
