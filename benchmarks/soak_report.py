@@ -76,9 +76,10 @@ def main() -> None:
     started = driver[0]['t'] - driver[0]['minute'] * 60
     for sample in samples:
         sample['minute'] = (sample['t'] - started) / 60
-    warm = [s for s in samples if s['uptime'] >= args.warmup * 60]
+    # The measures are of the load: the drain after the changes stopped (in the summary) is left out.
+    ran = summary['minutes'] if summary else driver[-1]['minute']
+    warm = [s for s in samples if s['uptime'] >= args.warmup * 60 and s['minute'] <= ran]
     pids = list(dict.fromkeys(s['pid'] for s in samples))
-    ran = driver[-1]['minute']
 
     print(f"## Soak: {ran:.0f} minutes" + (f" ({args.title})" if args.title else ''))
     print()
@@ -114,9 +115,9 @@ def main() -> None:
         if own:
             steady.append(f"{own[0]['rss'] / 2**20:.1f}")
     print(f"| RSS MiB of each process at {at:g} min of uptime, in order | {', '.join(steady)} | | | |")
-    for _source, rows, what in [('operator', [s for s in samples if s.get('p99') is not None],
+    for _source, rows, what in [('operator', [s for s in samples if s.get('p99') is not None and s['minute'] <= ran],
                                 'change → handler start'),
-                               ('driver', [d for d in driver if d.get('p99') is not None],
+                               ('driver', [d for d in driver if d.get('p99') is not None and d['minute'] <= ran],
                                 'change → visibly handled')]:
         p50 = [r['p50'] for r in rows]
         p99 = [r['p99'] for r in rows]
@@ -166,8 +167,9 @@ def main() -> None:
             for minute in restarts[1:]:
                 ax.axvline(minute, color='black', alpha=0.3, linestyle='--')
             ax.grid(alpha=0.3)
+        kills = f"{len(pids) - 1} SIGKILL + restart (dashed)" if len(pids) > 1 else "no restarts"
         axes[0].set_title(f"Soak: {ran:.0f} min, {sum(made) / (ran * 60):.1f} changes/s, "
-                          f"SIGKILL + restart every 20 min (dashed), watches cut every 2-5 min")
+                          f"{kills}, watches cut every 2-5 min")
         fig.tight_layout()
         fig.savefig(args.png, dpi=80)
         print(f"(plot: {args.png})")
