@@ -215,13 +215,13 @@ class _Mailbox:
             self.expected_rv = None if arrived else resource_version
         self.versions.clear()
 
-    async def wait(self, timeout: float, clock: Clock) -> bool:
-        """Sleep until the next event arrives (true), or the timeout of the clock (false)."""
+    async def wait(self, timeout: float, clock: Clock) -> None:
+        """Sleep until the next event arrives, or the timeout of the clock; the caller looks what has come."""
         waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiter = waiter
         timer = clock.call_later(timeout, functools.partial(_resolve, waiter, False))
         try:
-            return await waiter
+            await waiter
         finally:
             timer.cancel()
             self._waiter = None
@@ -393,8 +393,11 @@ async def _next_event(
         plan = _plan(started=started, delay=delay, awaiting_patch=mailbox.expected_rv is not None,
                      idle_timeout=settings.idle_timeout)
         remaining = plan.deadline - clock.monotonic()
-        if remaining > 0 and await mailbox.wait(remaining, clock):
-            continue  # an event: look again whether it is the awaited one
+        if remaining > 0:
+            # Look again after any wake-up, also a timeout: an event may have come after the timer fired
+            # and before this worker resumed; ending now would leave it in the mailbox, never handled.
+            await mailbox.wait(remaining, clock)
+            continue
         if not plan.wakes_up and mailbox.expected_rv is None:
             return None  # idle for long
         if not plan.wakes_up:

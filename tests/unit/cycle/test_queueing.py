@@ -312,6 +312,26 @@ async def test_a_patch_that_changed_nothing_is_not_awaited(monkeypatch, clock):
     assert clock.monotonic() - started < 2  # not held back until the timeout
 
 
+async def test_an_event_that_comes_as_the_worker_goes_idle_is_handled(clock):
+    """
+    The idle timeout and an event fall due at once: the timer fires first, the event is put before the
+    worker resumes. The worker must see the event, not end with it in its mailbox (an object marked for
+    deletion then stays with our finalizer forever: nothing else would ever bring it back).
+    """
+    seen = []
+
+    async def processor(raw_event, woken_up):
+        seen.append((raw_event['object']['metadata']['resourceVersion'], woken_up))
+        return ProcessingOutcome()
+
+    # The worker's idle timer is set at 1000.25 (after the batch window), due at 1000.75; the stream's
+    # second pause is set later (at 1000.5) and falls due at the same instant, so the timer fires first.
+    events = [event('a', 1), 0.5, 0.25, event('a', 2)]
+    await watch_objects(clock, stream=feed(clock, events, hold=1.0), processor=processor,
+                        settings=Settings(batch_window=0.25, idle_timeout=0.5, exit_timeout=0.1))
+    assert seen == [('1', False), ('2', False)]
+
+
 async def test_a_lost_patch_event_is_given_up_on_with_a_warning(monkeypatch, caplog, clock):
     monkeypatch.setattr(queueing, 'CONSISTENCY_LIMIT', 0.2)
     seen = []
