@@ -163,7 +163,9 @@ class HandlingResult:
     and the diff-base (handlers' results or changes), that part alone, to be
     sent if the whole patch is rejected; ``extras`` names what it lacks.
     ``fns``: the handlers' transformation functions (``patch.fns``), to be
-    applied to the object after the patch.
+    applied to the object after the patch. ``settled``: the patch concludes
+    the cause and leaves nothing to see in the object as it leaves it (see
+    :func:`_settles`): the event of exactly that state needs no cycle.
     """
 
     patch: Patch
@@ -173,6 +175,7 @@ class HandlingResult:
     essential: Patch | None = None
     extras: tuple[str, ...] = ()
     fns: tuple[PatchFn, ...] = ()
+    settled: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -452,8 +455,37 @@ async def handle_object(
     extras = tuple([*(f"status.{handler_id}" for handler_id in results), *_leaves(changes)])
     fitted = budget.fit(body=body, patch=patch, essential=essential if extras else None, extras=extras,
                         diffbase=config.persistence.diffbase_storage, logger=logger)
+    settled = (verdict.done and delay is None and not changes and not changes.fns
+               and fitted.patch is patch  # nothing was left out or postponed to fit the annotations' budget
+               and _settles(cycle, cause, results=bool(results)))
     return HandlingResult(patch=fitted.patch, delay=delay, cause=cause.reason.value, done=verdict.done,
-                          essential=fitted.essential, extras=fitted.extras, fns=tuple(changes.fns))
+                          essential=fitted.essential, extras=fitted.extras, fns=tuple(changes.fns), settled=settled)
+
+
+def _settles(cycle: _Cycle, cause: Cause, *, results: bool) -> bool:
+    """
+    Whether the next cycle, on the object exactly as our patch leaves it, would find nothing to do.
+
+    Only after a concluded change: its essence becomes the diff-base, so the
+    next cycle is a ``NOOP``. That one would still act if our finalizer is
+    on the object but no handler needs it any more (it is removed), or if a
+    field handler watches a status field that the results may have changed;
+    and handlers that see every event or body (event handlers, daemons and
+    timers) must see that state too.
+    """
+    registry, resource = cycle.registry, cycle.resource
+    if cause.reason not in (Reason.CREATE, Reason.UPDATE, Reason.RESUME) or cause.essences is None:
+        return False
+    if registry.get_watching_handlers(resource) or registry.has_spawning_handlers(resource):
+        return False
+    if results and registry.get_extra_fields(resource):
+        return False
+    body, finalizer = cycle.persistence.body, cycle.config.persistence.finalizer
+    if finalizers.is_deletion_blocked(body, finalizer):
+        logger = cycle.arguments.operator.logger
+        return selection.requires_finalizer(registry, resource, cause.essences, arguments=cycle.arguments,
+                                            logger=logger)
+    return True
 
 
 async def touch(*, config: OperatorConfig, body: Body, clock: Clock = SYSTEM_CLOCK) -> Patch:

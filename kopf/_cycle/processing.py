@@ -192,7 +192,7 @@ async def _process(
     if not result.patch:
         return ProcessingOutcome(delay=result.delay)
     return await _send(watch, key=key, body=body, patch=result.patch, delay=result.delay, logger=logger,
-                       essential=result.essential, extras=result.extras, fns=result.fns)
+                       essential=result.essential, extras=result.extras, fns=result.fns, settled=result.settled)
 
 
 def _failed(
@@ -231,6 +231,7 @@ async def _send(
         essential: Patch | None = None,
         extras: tuple[str, ...] = (),
         fns: Sequence[PatchFn] = (),
+        settled: bool = False,
 ) -> ProcessingOutcome:
     """
     Send the patch until it lands, keeping it intact across transient failures.
@@ -240,6 +241,9 @@ async def _send(
     diff-base), the refused rest (``extras``) is reported once and the
     essential part is sent alone. The transformation functions ``fns`` are
     applied to the object as the patch has left it (:func:`_transform`).
+    ``settled``: the patch concludes the handling (see
+    :attr:`~kopf._cycle.cycle.HandlingResult.settled`); so it does only if
+    it lands whole.
     """
     name = body.metadata.name or ''
     namespace = body.metadata.namespace
@@ -312,7 +316,8 @@ async def _send(
         if rejection:
             logger.error("%s The handlers' progress is stored without it; they are not run again.", rejection)
         rv = patched.get('metadata', {}).get('resourceVersion')
-        outcome = ProcessingOutcome(delay=delay, resource_version=str(rv) if rv else None, body=patched)
+        outcome = ProcessingOutcome(delay=delay, resource_version=str(rv) if rv else None, body=patched,
+                                    settled=settled and not rejection and patch is sized and not fns)
         return await _transform(watch, body=patched, fns=fns, outcome=outcome, logger=logger) if fns else outcome
     (logger.debug if watch.context.reachability.down and not rejection else logger.error)(
         "%sFailed to patch the object %d times; retrying the handling in %ss.",

@@ -11,7 +11,10 @@ again (which would re-run handlers that just succeeded). A watch stream
 delivers an object's events in order, so every other event that arrives
 before the patch's own is older than the patch: however long the stream lags
 behind (a busy operator or API server), such events are skipped. A wake-up
-that is due meanwhile continues from the patched object instead.
+that is due meanwhile continues from the patched object instead. When the
+patch concluded the handling and the processor says so (``settled``), the
+event of exactly the patched state is skipped too: its cycle would find
+nothing to do.
 
 When a worker wakes up is decided apart from the waiting (:func:`_plan`), by
 the injected clock, so that tests move the clock instead of waiting.
@@ -54,6 +57,7 @@ class ProcessingOutcome:
     resource_version: str | None = None  # of our own patch, to wait for before the next cycle
     body: Mapping[str, Any] | None = None  # the object as our own patch has left it, if patched
     gone: bool = False  # our patch found the object gone (404): only its deletion is news, not older events
+    settled: bool = False  # the patch concludes the handling: the object exactly as it leaves it needs no cycle
 
 
 Processor = Callable[[RawEvent, bool], Awaitable[ProcessingOutcome]]  # (event, woken_up_after_delay)
@@ -322,6 +326,7 @@ async def _worker(
     """Handle one object's events until it is gone, idle for a while, or not ours any more."""
     delay: float | None = None
     fallback: RawEvent | None = None  # the freshest state known besides the mailbox: our patched object
+    settled: str | None = None  # the version that our concluding patch left: its own event needs no cycle
     while True:
         step = await _next_event(key, mailbox, settings, delay=delay, fallback=fallback, clock=clock)
         if step is None:
@@ -329,6 +334,12 @@ async def _worker(
         raw_event, woken_up = step
         del step
         probe.taken(key, woken_up=woken_up)
+        if settled is not None and not woken_up and _resource_version(raw_event) == settled and \
+                raw_event.get('type') != 'DELETED':
+            mailbox.settle()  # exactly the state our patch left, which the processor has found nothing to do in
+            settled = delay = fallback = None
+            del raw_event  # while waiting, a worker holds nothing of the object
+            continue
         async with limiter if limiter is not None else contextlib.nullcontext():
             async with gate.handling(key) if gate is not None else contextlib.nullcontext(True) as admitted:
                 if not admitted:
@@ -339,6 +350,7 @@ async def _worker(
         if raw_event.get('type') == 'DELETED':
             return
         delay = outcome.delay
+        settled = outcome.resource_version if outcome.settled and delay is None else None
         fallback = raw_event if outcome.body is None else {'type': 'MODIFIED', 'object': outcome.body}
         if delay is None and mailbox.expected_rv is None:
             fallback = None  # nothing due: a waiting worker holds nothing of the object

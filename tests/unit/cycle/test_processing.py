@@ -55,10 +55,11 @@ def watch(context):
 @pytest.fixture()
 def result(monkeypatch):
     """Make the handling produce the given patch and delay."""
-    def set_result(patch, delay=None, essential=None, extras=()):
+    def set_result(patch, delay=None, essential=None, extras=(), settled=False):
         async def fake_handle_object(**_):
             return HandlingResult(patch=Patch(patch), delay=delay, cause='create', done=delay is None,
-                                  essential=Patch(essential) if essential is not None else None, extras=extras)
+                                  essential=Patch(essential) if essential is not None else None, extras=extras,
+                                  settled=settled)
         monkeypatch.setattr(cycle, 'handle_object', fake_handle_object)
     monkeypatch.setattr(processing, 'PATCH_PAUSE', 0)
     return set_result
@@ -173,6 +174,25 @@ async def test_a_rejected_result_is_reported_once_and_the_progress_is_sent_alone
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1
     assert 'status.fn: must be integer' in errors[0] and 'Not stored: status.fn' in errors[0]
+
+
+async def test_a_settling_patch_settles_the_object_once_it_has_landed_whole(aresponses, host, watch, result):
+    sent = []
+    result(COMBINED, essential=PROGRESS, extras=('status.fn',), settled=True)
+    aresponses.add(host, STATUS, 'PATCH', patched(sent, '4'))
+    aresponses.add(host, PATH, 'PATCH', patched(sent, '5'))
+    outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
+    assert outcome.settled and outcome.resource_version == '5'
+
+
+async def test_a_settling_patch_refused_in_part_does_not_settle_the_object(aresponses, host, watch, result):
+    sent = []
+    result(COMBINED, essential=PROGRESS, extras=('status.fn',), settled=True)
+    aresponses.add(host, STATUS, 'PATCH', aresponses.Response(status=422, text=invalid('status.fn: must be integer')))
+    aresponses.add(host, PATH, 'PATCH', patched(sent, '5'))
+    outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)
+    assert sent == [PROGRESS]
+    assert not outcome.settled
 
 
 async def test_a_rejected_essential_part_is_retried_later(aresponses, host, watch, result, caplog):

@@ -332,6 +332,68 @@ async def test_an_event_that_comes_as_the_worker_goes_idle_is_handled(clock):
     assert seen == [('1', False), ('2', False)]
 
 
+async def test_the_event_of_a_settling_patch_is_not_handled_but_the_next_change_is(clock):
+    seen = []
+
+    async def processor(raw_event, woken_up):
+        rv = raw_event['object']['metadata']['resourceVersion']
+        seen.append(rv)
+        return ProcessingOutcome(resource_version='5', settled=True) if rv == '1' else ProcessingOutcome()
+
+    events = [event('a', 1), 0.2, event('a', 5), 0.2, event('a', 6)]
+    await watch_objects(clock, stream=feed(clock, events, hold=0.2), processor=processor, settings=Settings())
+    assert seen == ['1', '6']
+
+
+async def test_a_change_batched_with_the_event_of_a_settling_patch_is_handled(clock):
+    seen = []
+
+    async def processor(raw_event, woken_up):
+        rv = raw_event['object']['metadata']['resourceVersion']
+        seen.append(rv)
+        return ProcessingOutcome(resource_version='5', settled=True) if rv == '1' else ProcessingOutcome()
+
+    events = [event('a', 1), 0.2, event('a', 5), event('a', 6)]  # 6 comes within the batch window of 5
+    await watch_objects(clock, stream=feed(clock, events, hold=0.2), processor=processor, settings=Settings())
+    assert seen == ['1', '6']
+
+
+async def test_only_a_settling_patch_skips_its_own_event(clock):
+    seen = []
+
+    async def processor(raw_event, woken_up):
+        rv = raw_event['object']['metadata']['resourceVersion']
+        seen.append(rv)
+        return ProcessingOutcome(resource_version='5') if rv == '1' else ProcessingOutcome()
+
+    await watch_objects(clock, stream=feed(clock, [event('a', 1), 0.2, event('a', 5)], hold=0.2),
+                        processor=processor, settings=Settings())
+    assert seen == ['1', '5']
+
+
+async def test_a_worker_that_skipped_an_event_keeps_nothing_of_it(clock):
+    refs = []
+    alive = []
+
+    async def stream():
+        for rv in (1, 5):
+            obj = Event(event('a', rv))
+            refs.append(weakref.ref(obj))
+            yield obj
+            del obj
+            await clock.sleep(0.2)
+        await clock.sleep(1)  # the worker has skipped 5, and waits for new events (5 s before it goes idle)
+        gc.collect()
+        alive.extend(ref() is not None for ref in refs)
+
+    async def processor(raw_event, woken_up):
+        return ProcessingOutcome(resource_version='5', settled=True)
+
+    await watch_objects(clock, stream=stream(), processor=processor,
+                        settings=Settings(idle_timeout=5, exit_timeout=0.1))
+    assert alive == [False, False]
+
+
 async def test_a_lost_patch_event_is_given_up_on_with_a_warning(monkeypatch, caplog, clock):
     monkeypatch.setattr(queueing, 'CONSISTENCY_LIMIT', 0.2)
     seen = []
