@@ -28,9 +28,11 @@ otherwise                                              ``NOOP``
    object that no handler selects is never written to -- no diff-base, no
    progress. It becomes a creation when it starts to be selected.
 
-**Resuming** is explicit in the cause (:attr:`Cause.resuming`): an object
-that was handled before is resuming on its first sight since the operator
-started, and for as long as any resume handler of it has progress stored
+**Resuming** is explicit in the cause (:attr:`Cause.resuming`): if the
+resource has resume handlers, an object that was handled before is resuming
+on its first sight since the operator started (without them, that sight is
+a ``NOOP``: a restart over many handled objects costs no cycle of
+handlers), and for as long as any resume handler of it has progress stored
 (so that a resume that needs several cycles is not forgotten after the
 first one). Objects being deleted resume only for the resume handlers with
 ``deleted=True`` (on the first sight, or while those have progress stored),
@@ -132,7 +134,7 @@ async def detect(
         return Cause(Reason.NOOP, essences=essences)
     if essences.old is None:
         return Cause(Reason.CREATE, essences=essences)
-    resuming = first_seen or await persistence.holds_any(resume_ids)
+    resuming = bool(resume_ids) and (first_seen or await persistence.holds_any(resume_ids))
     if essences.diff:
         return Cause(Reason.UPDATE, essences=essences, resuming=resuming)
     if resuming:

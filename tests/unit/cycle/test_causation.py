@@ -32,11 +32,11 @@ def make_body(*, deleting=False, finalizers=(), handled=True, changed=False, res
 
 
 async def detect_for(*, event_type='MODIFIED', first_seen=False, has_handlers=True, requires_finalizer=False,
-                     has_daemons=False, **body_options):
+                     has_daemons=False, resume_ids=(RESUME,), **body_options):
     body = make_body(**body_options)
     storage = Persistence(progress=SmartProgressStorage(), diffbase=AnnotationsDiffBaseStorage(), body=body)
     return await detect(event_type=event_type, body=body, finalizer=FINALIZER, first_seen=first_seen,
-                        handled=has_handlers, guarded=has_daemons, resume_ids=[RESUME],
+                        handled=has_handlers, guarded=has_daemons, resume_ids=list(resume_ids),
                         requires_finalizer=lambda essences: requires_finalizer, persistence=storage)
 
 
@@ -122,6 +122,12 @@ async def test_no_diff_on_the_first_sight_is_a_resume():
     cause = await detect_for(first_seen=True)
     assert cause.reason == Reason.RESUME
     assert cause.resuming
+
+
+async def test_without_resume_handlers_the_first_sight_of_a_handled_object_is_nothing_to_do():
+    assert (await detect_for(first_seen=True, resume_ids=())).reason == Reason.NOOP
+    cause = await detect_for(first_seen=True, changed=True, resume_ids=())
+    assert cause.reason == Reason.UPDATE and not cause.resuming
 
 
 async def test_resuming_lasts_while_resume_handlers_have_progress_stored():
