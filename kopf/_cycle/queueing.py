@@ -337,9 +337,7 @@ async def _worker(
         if settled is not None and not woken_up and _resource_version(raw_event) == settled and \
                 raw_event.get('type') != 'DELETED':
             mailbox.settle()  # exactly the state our patch left, which the processor has found nothing to do in
-            settled = delay = fallback = None
-            del raw_event  # while waiting, a worker holds nothing of the object
-            continue
+            return  # nothing is pending: the object's next change gets a new worker
         async with limiter if limiter is not None else contextlib.nullcontext():
             async with gate.handling(key) if gate is not None else contextlib.nullcontext(True) as admitted:
                 if not admitted:
@@ -349,12 +347,26 @@ async def _worker(
         mailbox.expect(_GONE if outcome.gone else outcome.resource_version)
         if raw_event.get('type') == 'DELETED':
             return
+        if _finished(raw_event, outcome, mailbox):
+            return  # a listed object with nothing to do (e.g. on a restart): no worker waits for its changes
         delay = outcome.delay
         settled = outcome.resource_version if outcome.settled and delay is None else None
         fallback = raw_event if outcome.body is None else {'type': 'MODIFIED', 'object': outcome.body}
         if delay is None and mailbox.expected_rv is None:
             fallback = None  # nothing due: a waiting worker holds nothing of the object
         del raw_event, outcome
+
+
+def _finished(raw_event: RawEvent, outcome: ProcessingOutcome, mailbox: _Mailbox) -> bool:
+    """
+    Whether a worker may end right after handling a listed object: nothing is due, awaited or waiting.
+
+    A worker otherwise waits for more events of its object for a while
+    (``idle_timeout``), which pays off for objects that are changing; a
+    listing brings every object, most of which will not change soon.
+    """
+    return (raw_event.get('type') is None and outcome.delay is None and mailbox.expected_rv is None
+            and mailbox.latest is None)
 
 
 @dataclasses.dataclass(frozen=True)

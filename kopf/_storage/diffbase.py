@@ -9,7 +9,6 @@ the ``diff`` for update handlers.
 from __future__ import annotations
 
 import abc
-import copy
 import json
 import logging
 from collections.abc import Collection, Iterable, Mapping
@@ -81,7 +80,7 @@ class DiffBaseStorage(calls.Lifetime, abc.ABC):
         """
         # Only what the essence keeps is copied: not the system metadata (managedFields!) or the status.
         raw = body.raw
-        essence: Essence = {k: copy.deepcopy(v) for k, v in raw.items()
+        essence: Essence = {k: dicts.copy_json(v) for k, v in raw.items()
                             if k not in _SYSTEM_TOP_LEVEL and k != 'metadata'}
         metadata = raw.get('metadata')
         metadata = metadata if isinstance(metadata, dict) else {}

@@ -39,7 +39,6 @@ that sync and async storages work alike.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
@@ -113,7 +112,7 @@ class Persistence:
             new = self._untraced(await calls.call(self.progress.clear, essence=new))
             old: Essence | None = await calls.call(self.diffbase.fetch, body=self.body)
             if old is not None:
-                old = self._untraced(await calls.call(self.progress.clear, essence=copy.deepcopy(old)))
+                old = self._untraced(await calls.call(self.progress.clear, essence=dicts.copy_json(old)))
             self._essences = Essences(old=old, new=new, diff=diffs.diff(old, new))
         return self._essences
 
@@ -165,7 +164,7 @@ class Persistence:
             original: Essence = {'metadata': {'annotations': annotations}, **({'status': status} if status else {})}
             # clear() may change the probe, but the body must stay intact: a copy, cheap where it can be.
             probe: Essence = {'metadata': {'annotations': dicts.copy_flat(annotations)},
-                              **({'status': copy.deepcopy(status)} if status else {})}
+                              **({'status': dicts.copy_json(status)} if status else {})}
             cleared = await calls.call(self.progress.clear, essence=probe)
             owned = owned_annotations(self.progress, annotations, self.handler_ids)
             self._empty = cleared == original and not owned

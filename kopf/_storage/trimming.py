@@ -16,12 +16,12 @@ labels and annotations themselves, whose bookkeeping the essence omits.
 """
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from kopf._structs import dicts
 from kopf._structs.bodies import Essence
 
 Path = tuple[str, ...]
@@ -59,7 +59,7 @@ def trim(essence: Essence, limit: int) -> tuple[Essence, list[Path]] | None:
     such fields are too small to matter, their containers are trimmed.
     ``None`` if even the most trimmed essence is too big.
     """
-    result = copy.deepcopy(essence)
+    result = dicts.copy_json(essence)
     trimmed: list[Path] = []
     size = encoded_size(result)
     while size > limit:
@@ -90,11 +90,11 @@ def restore(essence: Essence, *, current: Mapping[str, Any]) -> Essence:
     markers = list(_markers(essence, ()))
     if not markers:
         return essence
-    result = copy.deepcopy(essence)
+    result: Essence = dicts.copy_json(essence)
     for path, found in markers:
         value = _get(current, path)
         if value is not _ABSENT and digest(value) == found[MARKER]:
-            _set(result, path, copy.deepcopy(value))
+            _set(result, path, dicts.copy_json(value))
     return result
 
 

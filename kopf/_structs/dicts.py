@@ -96,7 +96,29 @@ def cherrypick(src: Mapping[str, Any], dst: MutableMapping[str, Any], fields: It
     for field in fields:
         value = resolve(src, field, absent)
         if value is not absent:
-            ensure(dst, field, copy.deepcopy(value))
+            ensure(dst, field, copy_json(value))
+
+
+def copy_json(value: Any) -> Any:
+    """
+    A deep copy of JSON-like data (dicts, lists, strings, numbers, booleans, ``None``), made cheaply.
+
+    Objects' bodies are such data, and parts of them (the spec, the status)
+    are copied on every handling cycle, where ``copy.deepcopy`` with its
+    bookkeeping for shared and recursive structures costs several times
+    more. Anything else within is copied by ``copy.deepcopy``.
+    """
+    kind = type(value)
+    if kind is dict:
+        return {key: item if type(item) in _ATOMS else copy_json(item) for key, item in value.items()}
+    if kind is list:
+        return [item if type(item) in _ATOMS else copy_json(item) for item in value]
+    if kind in _ATOMS:
+        return value
+    return copy.deepcopy(value)
+
+
+_ATOMS = frozenset({str, int, float, bool, type(None)})  # immutable: shared by a copy and its original
 
 
 def copy_flat(value: Any) -> Any:

@@ -500,3 +500,56 @@ async def test_watch_events_are_never_held_back_by_the_backlog(clock, monkeypatc
     await watch_objects(clock, stream=stream(), processor=processor, settings=Settings())
     assert pulled == [0] * 6
     assert len(handled) == 6
+
+
+class TimedProbe(QueueProbe):
+    """Notes when (by the clock) each object's worker has ended."""
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.started = clock.monotonic()
+        self.ended = {}
+
+    def forget(self, key):
+        self.ended[key] = self.clock.monotonic() - self.started
+
+
+def listed(uid, rv):
+    return {'type': None, 'object': event(uid, rv)['object']}
+
+
+async def test_a_listed_object_with_nothing_to_do_ends_its_worker_at_once(clock):
+    probe = TimedProbe(clock)
+
+    async def processor(raw_event, woken_up):
+        return ProcessingOutcome()
+
+    await watch_objects(clock, stream=feed(clock, [listed('a', 1), event('b', 1)], hold=10), processor=processor,
+                        settings=Settings(batch_window=0.25, idle_timeout=5, exit_timeout=0.1), probe=probe)
+    assert probe.ended == {'a': 0.25, 'b': 5.25}  # a watched object's worker waits for its next changes
+
+
+async def test_a_listed_object_keeps_its_worker_while_something_is_due(clock):
+    probe = TimedProbe(clock)
+    calls = []
+
+    async def processor(raw_event, woken_up):
+        calls.append(woken_up)
+        return ProcessingOutcome(delay=1.0 if len(calls) == 1 else None)
+
+    await watch_objects(clock, stream=feed(clock, [listed('a', 1)], hold=10), processor=processor,
+                        settings=Settings(batch_window=0.25, idle_timeout=5, exit_timeout=0.1), probe=probe)
+    assert calls == [False, True]
+    assert probe.ended == {'a': 1.25}  # woken up after the delay, and then nothing more was due
+
+
+async def test_after_skipping_the_event_of_a_settling_patch_the_worker_ends(clock):
+    probe = TimedProbe(clock)
+
+    async def processor(raw_event, woken_up):
+        return ProcessingOutcome(resource_version='5', settled=True)
+
+    await watch_objects(clock, stream=feed(clock, [event('a', 1), 0.5, event('a', 5)], hold=10),
+                        processor=processor, probe=probe,
+                        settings=Settings(batch_window=0.25, idle_timeout=5, exit_timeout=0.1))
+    assert probe.ended == {'a': 0.75}

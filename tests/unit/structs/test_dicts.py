@@ -85,3 +85,24 @@ def test_a_dict_with_anything_but_strings_is_copied_deeply():
     copied = dicts.copy_flat(value)
     copied['a']['nested'].append('z')
     assert value == {'a': {'nested': ['x']}, 'b': 'y'}
+
+
+def test_json_data_is_copied_deeply_and_its_atoms_are_shared():
+    original = {'spec': {'items': [{'a': 1, 'b': [1.5, True, None]}], 'name': 'x'}}
+    copied = dicts.copy_json(original)
+    assert copied == original
+    copied['spec']['items'][0]['b'].append('more')
+    copied['spec']['name'] = 'y'
+    assert original == {'spec': {'items': [{'a': 1, 'b': [1.5, True, None]}], 'name': 'x'}}
+    assert copied['spec'] is not original['spec'] and copied['spec']['items'] is not original['spec']['items']
+
+
+def test_what_is_not_json_within_is_copied_as_copy_deepcopy_would():
+    class Box:
+        def __init__(self, items):
+            self.items = items
+    original = {'box': Box([1, 2]), 'pair': (1, [2])}
+    copied = dicts.copy_json(original)
+    copied['box'].items.append(3)
+    copied['pair'][1].append(3)
+    assert original['box'].items == [1, 2] and original['pair'] == (1, [2])
