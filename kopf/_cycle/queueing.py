@@ -433,7 +433,10 @@ async def _next_event(
             return None
         mailbox.handling(fallback)
         return fallback, True
-    await clock.sleep(settings.batch_window)  # the events meanwhile replace each other
+    if mailbox.latest is not None and mailbox.latest.get('type') is not None:
+        await clock.sleep(settings.batch_window)  # the events meanwhile replace each other
+    # A listed object is taken at once: a listing has one state per object, and while many listed
+    # objects wait for their batch window, the listing itself waits (LISTING_BACKLOG).
     raw_event = mailbox.take()
     assert raw_event is not None  # only this worker takes, and it has seen an event
     return raw_event, False

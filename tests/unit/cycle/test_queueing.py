@@ -526,7 +526,8 @@ async def test_a_listed_object_with_nothing_to_do_ends_its_worker_at_once(clock)
 
     await watch_objects(clock, stream=feed(clock, [listed('a', 1), event('b', 1)], hold=10), processor=processor,
                         settings=Settings(batch_window=0.25, idle_timeout=5, exit_timeout=0.1), probe=probe)
-    assert probe.ended == {'a': 0.25, 'b': 5.25}  # a watched object's worker waits for its next changes
+    # A listed object is taken without a batch window; a watched object's worker waits for its next changes.
+    assert probe.ended == {'a': 0, 'b': 5.25}
 
 
 async def test_a_listed_object_keeps_its_worker_while_something_is_due(clock):
@@ -540,7 +541,7 @@ async def test_a_listed_object_keeps_its_worker_while_something_is_due(clock):
     await watch_objects(clock, stream=feed(clock, [listed('a', 1)], hold=10), processor=processor,
                         settings=Settings(batch_window=0.25, idle_timeout=5, exit_timeout=0.1), probe=probe)
     assert calls == [False, True]
-    assert probe.ended == {'a': 1.25}  # woken up after the delay, and then nothing more was due
+    assert probe.ended == {'a': 1.0}  # woken up after the delay, and then nothing more was due
 
 
 async def test_after_skipping_the_event_of_a_settling_patch_the_worker_ends(clock):
@@ -553,3 +554,19 @@ async def test_after_skipping_the_event_of_a_settling_patch_the_worker_ends(cloc
                         processor=processor, probe=probe,
                         settings=Settings(batch_window=0.25, idle_timeout=5, exit_timeout=0.1))
     assert probe.ended == {'a': 0.75}
+
+
+async def test_a_listing_is_not_paced_by_the_batch_window(clock, monkeypatch):
+    monkeypatch.setattr(queueing, 'LISTING_BACKLOG', 4, raising=False)
+    handled = []
+
+    async def processor(raw_event, woken_up):
+        handled.append(raw_event['object']['metadata']['uid'])
+        return ProcessingOutcome()
+
+    started = clock.monotonic()
+    listing = [listed(f'o{i}', 1) for i in range(40)]
+    await watch_objects(clock, stream=feed(clock, listing), processor=processor,
+                        settings=Settings(batch_window=0.5, exit_timeout=0.1))
+    assert len(handled) == 40
+    assert clock.monotonic() - started == 0  # ten times the backlog, and no batch window waited for
