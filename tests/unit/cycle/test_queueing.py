@@ -9,6 +9,8 @@ import dataclasses
 import gc
 import weakref
 
+import pytest
+
 from kopf._cycle import queueing
 from kopf._cycle.queueing import ProcessingOutcome, event_key
 from kopf._observability.recording import QueueProbe
@@ -332,43 +334,22 @@ async def test_an_event_that_comes_as_the_worker_goes_idle_is_handled(clock):
     assert seen == [('1', False), ('2', False)]
 
 
-async def test_the_event_of_a_settling_patch_is_not_handled_but_the_next_change_is(clock):
+@pytest.mark.parametrize('settled, events, expected', [
+    pytest.param(True, [event('a', 1), 0.2, event('a', 5), 0.2, event('a', 6)], ['1', '6'], id='skipped'),
+    pytest.param(True, [event('a', 1), 0.2, event('a', 5), event('a', 6)], ['1', '6'], id='batched-with-a-change'),
+    pytest.param(False, [event('a', 1), 0.2, event('a', 5)], ['1', '5'], id='not-settling'),
+])
+async def test_the_event_of_a_settling_patch_is_not_handled_but_changes_after_it_are(clock, settled, events,
+                                                                                    expected):
     seen = []
 
     async def processor(raw_event, woken_up):
         rv = raw_event['object']['metadata']['resourceVersion']
         seen.append(rv)
-        return ProcessingOutcome(resource_version='5', settled=True) if rv == '1' else ProcessingOutcome()
+        return ProcessingOutcome(resource_version='5', settled=settled) if rv == '1' else ProcessingOutcome()
 
-    events = [event('a', 1), 0.2, event('a', 5), 0.2, event('a', 6)]
     await watch_objects(clock, stream=feed(clock, events, hold=0.2), processor=processor, settings=Settings())
-    assert seen == ['1', '6']
-
-
-async def test_a_change_batched_with_the_event_of_a_settling_patch_is_handled(clock):
-    seen = []
-
-    async def processor(raw_event, woken_up):
-        rv = raw_event['object']['metadata']['resourceVersion']
-        seen.append(rv)
-        return ProcessingOutcome(resource_version='5', settled=True) if rv == '1' else ProcessingOutcome()
-
-    events = [event('a', 1), 0.2, event('a', 5), event('a', 6)]  # 6 comes within the batch window of 5
-    await watch_objects(clock, stream=feed(clock, events, hold=0.2), processor=processor, settings=Settings())
-    assert seen == ['1', '6']
-
-
-async def test_only_a_settling_patch_skips_its_own_event(clock):
-    seen = []
-
-    async def processor(raw_event, woken_up):
-        rv = raw_event['object']['metadata']['resourceVersion']
-        seen.append(rv)
-        return ProcessingOutcome(resource_version='5') if rv == '1' else ProcessingOutcome()
-
-    await watch_objects(clock, stream=feed(clock, [event('a', 1), 0.2, event('a', 5)], hold=0.2),
-                        processor=processor, settings=Settings())
-    assert seen == ['1', '5']
+    assert seen == expected
 
 
 async def test_a_worker_that_skipped_an_event_keeps_nothing_of_it(clock):
@@ -382,7 +363,7 @@ async def test_a_worker_that_skipped_an_event_keeps_nothing_of_it(clock):
             yield obj
             del obj
             await clock.sleep(0.2)
-        await clock.sleep(1)  # the worker has skipped 5, and waits for new events (5 s before it goes idle)
+        await clock.sleep(1)  # the worker has skipped 5 (and ended)
         gc.collect()
         alive.extend(ref() is not None for ref in refs)
 
