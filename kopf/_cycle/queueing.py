@@ -104,8 +104,26 @@ def _resource_version(raw_event: RawEvent) -> str | None:
 
 
 def _is_consistent(raw_event: RawEvent, expected_rv: str) -> bool:
-    """Whether the event shows our own patch -- or the object is gone, which outdates any patch."""
-    return raw_event.get('type') == 'DELETED' or _resource_version(raw_event) == expected_rv
+    """Whether the event shows our own patch or a later state -- or the object is gone, which outdates any patch."""
+    return raw_event.get('type') == 'DELETED' or _not_older(_resource_version(raw_event), expected_rv)
+
+
+def _not_older(version: str | None, expected: str) -> bool:
+    """
+    Whether an object's version is the expected one, or one known to be later.
+
+    Versions are opaque to clients in general, but those of etcd-backed API
+    servers are the decimal numbers of etcd's revisions, which only grow
+    (a later write has a greater number). It matters when the
+    event of our own patch is lost (a watch that expired and was listed
+    anew): the listing's later state is then no reason to wait, nor to be
+    dropped. Versions that are not such numbers must match exactly.
+    """
+    if version is None:
+        return False
+    if version == expected:
+        return True
+    return version.isdigit() and expected.isdigit() and int(version) > int(expected)
 
 
 async def watch_objects(
@@ -214,8 +232,8 @@ class _Mailbox:
         with our finalizer still on it, and would run its handlers again.
         """
         if resource_version is not None:
-            arrived = (resource_version in self.versions or _GONE in self.versions or
-                       resource_version == self.handled_rv)
+            arrived = (_GONE in self.versions or resource_version == self.handled_rv or
+                       any(v is not None and _not_older(v, resource_version) for v in self.versions))
             self.expected_rv = None if arrived else resource_version
         self.versions.clear()
 

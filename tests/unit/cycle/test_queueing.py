@@ -375,6 +375,29 @@ async def test_a_worker_that_skipped_an_event_keeps_nothing_of_it(clock):
     assert alive == [False, False]
 
 
+async def test_a_later_state_stands_for_our_patchs_lost_event(clock):
+    """E.g. a watch that expired and was listed anew: the listing shows the object after our patch (5) at 7."""
+    seen = []
+
+    async def processor(raw_event, woken_up):
+        seen.append((raw_event['object']['metadata']['resourceVersion'], woken_up))
+        return ProcessingOutcome(resource_version='5') if len(seen) == 1 else ProcessingOutcome()
+
+    started = clock.monotonic()
+    events = [event('a', 1), 0.2, event('a', 3), 0.2, listed('a', 7)]  # 3 is older than our patch: held back
+    await watch_objects(clock, stream=feed(clock, events, hold=0.2), processor=processor,
+                        settings=Settings(exit_timeout=0.1))
+    assert seen == [('1', False), ('7', False)]
+    assert clock.monotonic() - started < 1  # not after the consistency limit
+
+
+def test_versions_are_compared_as_numbers_only_when_both_are_numbers():
+    assert queueing._not_older('10', '9') and queueing._not_older('9', '9')
+    assert not queueing._not_older('9', '10')
+    assert queueing._not_older('abc', 'abc') and not queueing._not_older('abd', 'abc')
+    assert not queueing._not_older(None, '9')
+
+
 async def test_a_lost_patch_event_is_given_up_on_with_a_warning(monkeypatch, caplog, clock):
     monkeypatch.setattr(queueing, 'CONSISTENCY_LIMIT', 0.2)
     seen = []
