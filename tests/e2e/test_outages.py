@@ -154,7 +154,7 @@ def test_a_watch_compacted_away_relists_and_handles_each_change_once(
         proxy.heal()
 
         process.wait(lambda: witness.finished(['new']) and kube.find(f'{collection(namespace)}/deleted') is None
-                     and len([c for c in read_calls(calls)[before:] if c['handler'] == 'update']) >= 1,
+                     and len([c for c in read_calls(calls)[before:] if c['handler'] == 'update']) >= 2,
                      what="the changes made during the gap handled", timeout=60)
         process.wait_for_output('has expired; relisting')
         assert process.stop() == 0
