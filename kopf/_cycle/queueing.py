@@ -42,7 +42,8 @@ logger = logging.getLogger('kopf._cycle.queueing')
 # How long a wake-up after our own patch waits for the patch's event before continuing from the patched object.
 CONSISTENCY_TIMEOUT = 5.0
 # How long at most events older than our own patch are held back while its event is awaited. It comes
-# unless the watch has lost it (e.g. a relisting after an expired version that shows a later change).
+# unless the watch has lost it; a later state (e.g. of a relisting after an expired version) counts as it,
+# if the server's versions are numbers (see _not_older); this limit is for servers whose are not.
 CONSISTENCY_LIMIT = 120.0
 # How many objects of a listing at most wait for their workers before the listing is read on: a listing
 # of 100,000 objects is then never in memory all at once (a watch is read on regardless, see below).
