@@ -1,5 +1,5 @@
 """
-The memory upkeep of a long-running operator process: freed memory goes back to the system.
+The C allocator's upkeep in a long-running operator process: freed memory goes back to the system.
 
 glibc's ``malloc`` serves big requests (from 128 KiB) from memory mapped for
 each of them, which goes back to the system as soon as it is freed. But the
@@ -27,13 +27,8 @@ deployment recipe), or ``kopf run --c-allocator``, which starts the process
 over with it (:func:`use_c_allocator`); it costs CPU per object and raises
 the peak a little. The docs on memory have the figures of both.
 
-CPython's cyclic garbage collector is tuned too (:func:`tune_garbage_collector`):
-what lives from the start is frozen out of its reach, and the young
-generation is collected less often.
-
-Only ``kopf run`` and :func:`kopf.run` trim and tune, since they own the
-process; an operator embedded in another application leaves the allocator
-and the collector alone.
+Only ``kopf run`` and :func:`kopf.run` trim, since they own the process; an
+operator embedded in another application leaves the allocator alone.
 Elsewhere than with glibc, nothing is done.
 """
 from __future__ import annotations
@@ -55,10 +50,6 @@ logger = logging.getLogger('kopf._runtime.allocation')
 M_MMAP_THRESHOLD = -3  # mallopt()'s parameter in glibc's <malloc.h>
 MMAP_THRESHOLD = 128 * 1024  # glibc's own initial value; setting it explicitly keeps it from rising
 
-
-# CPython's thresholds of the cyclic garbage collector; and how many new containers the young generation gets here.
-DEFAULT_GC_THRESHOLDS = (700, 10, 10)
-YOUNG_THRESHOLD = 10_000
 
 # When the process counts as quiet, and how much free memory must have come since the last trim to trim again.
 QUIET_INTERVAL = 10.0  # seconds
@@ -91,26 +82,6 @@ def return_big_buffers(threshold: int = MMAP_THRESHOLD) -> bool:
     if not done:
         logger.debug("The C allocator did not accept a fixed threshold for big buffers.")
     return done
-
-
-def tune_garbage_collector(young: int = YOUNG_THRESHOLD) -> bool:
-    """
-    Collect the young generation less often, and never look again at what lives from the start; whether done.
-
-    Handling an object allocates thousands of short-lived containers, and
-    CPython's default (a collection every 700 of them) runs the cyclic
-    collector hundreds of times a second in a burst: 7-8% of the operator's
-    CPU, most of it on objects that die young anyway. Everything alive when
-    the operator starts (the imported modules, the handlers) lives as long
-    as the process: frozen, the full collections skip it. Thresholds that
-    the operator has set already (e.g. in its file) are left as they are.
-    """
-    if gc.get_threshold() != DEFAULT_GC_THRESHOLDS:
-        return False
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(young, DEFAULT_GC_THRESHOLDS[1], DEFAULT_GC_THRESHOLDS[2])
-    return True
 
 
 def release_free_memory() -> bool:

@@ -74,7 +74,6 @@ def run(*, loop: asyncio.AbstractEventLoop | None = None, **kwargs: Any) -> None
     made and closed (:func:`asyncio.run`).
     """
     allocation.return_big_buffers()  # the process is the operator's: its memory goes back after bursts
-    allocation.tune_garbage_collector()  # and its garbage collector is tuned for many short-lived objects
     main = _owning_the_process(operator(**kwargs))
     if loop is None:
         asyncio.run(main)

@@ -10,7 +10,6 @@ cycle's time budget are exact.
 import asyncio
 import copy
 import datetime
-import gc
 import json
 import logging
 import time
@@ -77,16 +76,6 @@ class FakeClock:
         self.sleepers = [sleeper for sleeper in self.sleepers if sleeper[0] > self.mono]
         for _, loop, future in due:
             loop.call_soon_threadsafe(lambda f=future: f.done() or f.set_result(None))
-
-
-@pytest.fixture(autouse=True)
-def garbage_collector_as_it_was():
-    """Running an operator process tunes the garbage collector (``allocation``): not the tests' process."""
-    thresholds, frozen = gc.get_threshold(), gc.get_freeze_count()
-    yield
-    gc.set_threshold(*thresholds)
-    if gc.get_freeze_count() != frozen:
-        gc.unfreeze()
 
 
 @pytest.fixture()

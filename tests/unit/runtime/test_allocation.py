@@ -4,7 +4,6 @@ free memory when the process is quiet after a burst; only where glibc is.
 """
 import asyncio
 import ctypes
-import gc
 import json
 import os
 import platform
@@ -44,22 +43,6 @@ def test_the_threshold_of_big_buffers_is_fixed_with_glibc(libc):
     assert allocation.return_big_buffers()
     assert libc.calls == [(allocation.M_MMAP_THRESHOLD, 128 * 1024)]
     assert allocation.M_MMAP_THRESHOLD == -3  # as in glibc's <malloc.h>
-
-
-def test_the_garbage_collector_freezes_what_lives_from_the_start_and_collects_the_young_less_often():
-    gc.set_threshold(*allocation.DEFAULT_GC_THRESHOLDS)
-    gc.unfreeze()
-    assert allocation.tune_garbage_collector()
-    assert gc.get_threshold() == (allocation.YOUNG_THRESHOLD, 10, 10)
-    assert gc.get_freeze_count() > 1000  # the imported modules at least
-
-
-def test_thresholds_that_the_operator_has_set_are_left_alone():
-    gc.set_threshold(5000, 5, 5)
-    gc.unfreeze()
-    assert not allocation.tune_garbage_collector()
-    assert gc.get_threshold() == (5000, 5, 5)
-    assert gc.get_freeze_count() == 0
 
 
 def test_a_refusal_of_the_allocator_is_reported_as_not_done(libc):

@@ -354,17 +354,16 @@ async def test_handlers_of_any_resource_wait_until_every_indexed_listing_is_in(m
     assert sorted(seen) == [('ex-ns1', ['pod-ns1', 'pod-ns2']), ('ex-ns2', ['pod-ns1', 'pod-ns2'])]
 
 
-def test_running_the_operator_process_tunes_the_allocator_and_the_garbage_collector_first(monkeypatch):
+def test_running_the_operator_process_lets_big_buffers_go_back_to_the_system(monkeypatch):
     steps: list[str] = []
 
     async def operator(**kwargs):
         steps.append(f"operator {sorted(kwargs)}")
 
     monkeypatch.setattr(running.allocation, 'return_big_buffers', lambda: steps.append('allocator') or True)
-    monkeypatch.setattr(running.allocation, 'tune_garbage_collector', lambda: steps.append('gc') or True)
     monkeypatch.setattr(running, 'operator', operator)
     running.run(standalone=True)
-    assert steps == ['allocator', 'gc', "operator ['standalone']"]
+    assert steps == ['allocator', "operator ['standalone']"]
 
 
 def test_running_the_operator_process_trims_its_memory_when_quiet_until_it_ends(monkeypatch):
