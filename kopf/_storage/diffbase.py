@@ -84,7 +84,7 @@ class DiffBaseStorage(calls.Lifetime, abc.ABC):
                             if k not in _SYSTEM_TOP_LEVEL and k != 'metadata'}
         metadata = raw.get('metadata')
         metadata = metadata if isinstance(metadata, dict) else {}
-        kept_meta = {k: dicts.copy_flat(metadata[k]) for k in _USER_METADATA if metadata.get(k)}
+        kept_meta = {k: dicts.copy_json(metadata[k]) for k in _USER_METADATA if metadata.get(k)}
         if kept_meta:
             essence['metadata'] = kept_meta
         annotations = dicts.resolve(essence, ('metadata', 'annotations'), None)

@@ -162,8 +162,8 @@ class Persistence:
             annotations = dict(self.body.metadata.annotations)
             status = self.body.raw.get('status')
             original: Essence = {'metadata': {'annotations': annotations}, **({'status': status} if status else {})}
-            # clear() may change the probe, but the body must stay intact: a copy, cheap where it can be.
-            probe: Essence = {'metadata': {'annotations': dicts.copy_flat(annotations)},
+            # clear() may change the probe, but the body must stay intact: a copy.
+            probe: Essence = {'metadata': {'annotations': dicts.copy_json(annotations)},
                               **({'status': dicts.copy_json(status)} if status else {})}
             cleared = await calls.call(self.progress.clear, essence=probe)
             owned = owned_annotations(self.progress, annotations, self.handler_ids)

@@ -103,8 +103,8 @@ def copy_json(value: Any) -> Any:
     """
     A deep copy of JSON-like data (dicts, lists, strings, numbers, booleans, ``None``), made cheaply.
 
-    Objects' bodies are such data, and parts of them (the spec, the status)
-    are copied on every handling cycle, where ``copy.deepcopy`` with its
+    Objects' bodies are such data, and parts of them (the spec, the status,
+    labels and annotations) are copied on every handling cycle, where ``copy.deepcopy`` with its
     bookkeeping for shared and recursive structures costs several times
     more. Anything else within is copied by ``copy.deepcopy``.
     """
@@ -120,14 +120,3 @@ def copy_json(value: Any) -> Any:
 
 _ATOMS = frozenset({str, int, float, bool, type(None)})  # immutable: shared by a copy and its original
 
-
-def copy_flat(value: Any) -> Any:
-    """
-    A deep copy, made cheaply for a dict of strings (e.g. labels or annotations).
-
-    Such dicts are copied on every handling cycle; ``copy.deepcopy`` of one
-    costs many times a plain copy, which is just as deep for strings.
-    """
-    if type(value) is dict and all(type(k) is str and type(v) is str for k, v in value.items()):
-        return dict(value)
-    return copy.deepcopy(value)

@@ -73,16 +73,16 @@ def test_cherrypick_copies_present_fields_deeply():
     assert src['status']['x']['y'] == [1]
 
 
-def test_a_flat_copy_of_strings_is_independent_of_the_original():
+def test_a_copy_of_a_dict_of_strings_is_independent_of_the_original():
     labels = {'app': 'x', 'tier': 'web'}
-    copied = dicts.copy_flat(labels)
+    copied = dicts.copy_json(labels)
     copied['app'] = 'y'
     assert copied is not labels and labels == {'app': 'x', 'tier': 'web'}
 
 
 def test_a_dict_with_anything_but_strings_is_copied_deeply():
     value = {'a': {'nested': ['x']}, 'b': 'y'}
-    copied = dicts.copy_flat(value)
+    copied = dicts.copy_json(value)
     copied['a']['nested'].append('z')
     assert value == {'a': {'nested': ['x']}, 'b': 'y'}
 
