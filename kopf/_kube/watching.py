@@ -161,6 +161,7 @@ async def infinite_watch(
                     if raw is _OPENED:
                         delay = settings.reconnect_backoff  # the server is there and accepts us
                         probe.opened()
+                        log.debug("The watch of %s is open from resourceVersion %r.", where, tracker.resource_version)
                         continue
                     watched = tracker.watched(raw)
                     if watched is not None:

@@ -34,6 +34,9 @@ from tests.e2e.harness import FORBIDDEN, OPERATORS, REPO, OperatorProcess, read_
 OPERATOR = OPERATORS / 'rbac.py'
 PLACEHOLDER = 'e2e-rbac-placeholder'
 REFUSAL = re.compile(FORBIDDEN + '|permission')
+# The CRDs are listed first and watched afterwards: a scenario shorter than that would not notice a missing 'watch'.
+CRDS_WATCHED = "The watch of customresourcedefinitions.v1.apiextensions.k8s.io is open"
+
 RBAC = '/apis/rbac.authorization.k8s.io/v1'
 WIDGETS = '/apis/rbac.e2e.kopf.dev/v1'
 
@@ -165,6 +168,12 @@ class Outcome:
     log: str
 
 
+def _follows_crds(docs: list[dict[str, Any]]) -> bool:
+    """Whether the roles let the operator list or watch the CRDs (and so it will try to watch them)."""
+    return any('customresourcedefinitions' in rule.get('resources', ())
+               for doc in docs if doc['kind'] in ('ClusterRole', 'Role') for rule in doc.get('rules', ()))
+
+
 def run(
         *,
         control_plane: ControlPlane,
@@ -184,10 +193,12 @@ def run(
         account = next(doc for doc in docs if doc['kind'] == 'ServiceAccount')['metadata']['name']
         config = token_kubeconfig(control_plane, kube, namespace, account, workdir / 'kubeconfig')
         command = [sys.executable, '-m', 'kopf', 'run', str(OPERATOR), '--verbose', '-n', namespace, *args]
-        ctx.process = OperatorProcess(command, kubeconfig=config, log=workdir / 'operator.log',
-                                      env={'E2E_FEATURE': feature, 'E2E_CALLS': str(ctx.calls),
-                                           'E2E_GATE': str(ctx.gate), 'E2E_MANAGED': ctx.managed})
+        ctx.process = process = OperatorProcess(command, kubeconfig=config, log=workdir / 'operator.log',
+                                                env={'E2E_FEATURE': feature, 'E2E_CALLS': str(ctx.calls),
+                                                     'E2E_GATE': str(ctx.gate), 'E2E_MANAGED': ctx.managed})
         try:
+            if _follows_crds(docs):
+                ctx.until(lambda: CRDS_WATCHED in process.output)  # a refusal of it ends the wait as well
             completed = scenario(ctx)
         finally:
             code = stop(ctx.process)

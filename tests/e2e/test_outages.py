@@ -90,7 +90,7 @@ def rss(pid: int) -> int:
 def test_a_stopped_server_costs_two_lines_and_nothing_else(
         plane: ControlPlane, kube: KubeAPI, namespace: str, operator: Callable[..., OperatorProcess],
         tmp_path: Path, server: str) -> None:
-    witness = Witness(kube, collection(namespace), handlers=HANDLERS, prefix='kopf.zalando.org')
+    witness = Witness(kube, collection(namespace), handlers=HANDLERS, outlasts_outages=True)
     process = operator(E2E_WORK='0.1', E2E_FAILS='1', E2E_DELAY='1')
     names = [f'obj-{i}' for i in range(12)]
     try:
@@ -136,7 +136,7 @@ def test_a_watch_compacted_away_relists_and_handles_each_change_once(
         tmp_path: Path) -> None:
     proxy = FaultProxy(plane, tmp_path / 'proxy').start()
     calls = tmp_path / 'calls.jsonl'
-    witness = Witness(kube, collection(namespace), handlers=())
+    witness = Witness(kube, collection(namespace), handlers=(), outlasts_outages=True)
     try:
         process = operator(kubeconfig=proxy.kubeconfig, script='gaps.py', E2E_INACTIVITY='2')
         create_objects(kube, namespace, ['kept', 'changed', 'deleted'])

@@ -25,7 +25,6 @@ from tests.e2e.faultproxy import Fault, FaultProxy, Forwarded, Request
 from tests.e2e.harness import OperatorProcess, read_calls
 from tests.e2e.test_replicas import (
     LEASE,
-    Witness,
     calls_of,
     collection,
     create_objects,
@@ -33,6 +32,7 @@ from tests.e2e.test_replicas import (
     overlaps,
     shards_adopted,
 )
+from tests.e2e.witnesses import Witness
 
 # The fixtures of the replica tests: the CRD, the replicas of its operator, the witness of persisted successes.
 crd, replicas, witness = test_replicas.crd, test_replicas.replicas, test_replicas.witness
@@ -94,9 +94,9 @@ def check_outcome(kube: KubeAPI, namespace: str, witness: Witness, calls: Path, 
     assert witness.reruns(every) == []
 
 
-def test_ha_leader_cut_off_stops_writing_before_its_lease_expires_and_rejoins_as_a_standby(
-        kube: KubeAPI, namespace: str, replicas: Callable[..., OperatorProcess], witness: Witness,
-        proxy: FaultProxy, tmp_path: Path) -> None:
+def ha_pair_at_work(kube: KubeAPI, namespace: str, replicas: Callable[..., OperatorProcess], proxy: FaultProxy,
+                    tmp_path: Path) -> tuple[OperatorProcess, OperatorProcess, list[str]]:
+    """A leader behind the proxy, a standby connected directly, and the leader in the middle of 20 objects."""
     leader = replicas('--ha', kubeconfig=proxy.kubeconfig, **ENV)
     leader.wait_for_output('Leading as')
     standby = replicas('--ha', **ENV)
@@ -104,6 +104,13 @@ def test_ha_leader_cut_off_stops_writing_before_its_lease_expires_and_rejoins_as
     names = [f'obj-{i}' for i in range(20)]
     create_objects(kube, namespace, names)
     leader.wait(lambda: len(read_calls(tmp_path / 'calls.jsonl')) >= 8, what="the leader at work")
+    return leader, standby, names
+
+
+def test_ha_leader_cut_off_stops_writing_before_its_lease_expires_and_rejoins_as_a_standby(
+        kube: KubeAPI, namespace: str, replicas: Callable[..., OperatorProcess], witness: Witness,
+        proxy: FaultProxy, tmp_path: Path) -> None:
+    leader, standby, names = ha_pair_at_work(kube, namespace, replicas, proxy, tmp_path)
 
     cut = time.time()
     proxy.blackhole(math.inf)
@@ -158,13 +165,7 @@ def test_shard_cut_off_stops_writing_before_its_lease_expires_and_rejoins_the_ri
 def test_ha_leader_whose_renewals_fail_while_its_watches_flow_stops_handling_in_time(
         kube: KubeAPI, namespace: str, replicas: Callable[..., OperatorProcess], witness: Witness,
         proxy: FaultProxy, tmp_path: Path) -> None:
-    leader = replicas('--ha', kubeconfig=proxy.kubeconfig, **ENV)
-    leader.wait_for_output('Leading as')
-    standby = replicas('--ha', **ENV)
-    standby.wait_for_output('Standing by')
-    names = [f'obj-{i}' for i in range(20)]
-    create_objects(kube, namespace, names)
-    leader.wait(lambda: len(read_calls(tmp_path / 'calls.jsonl')) >= 8, what="the leader at work")
+    leader, standby, names = ha_pair_at_work(kube, namespace, replicas, proxy, tmp_path)
 
     policy = proxy.policy
     assert isinstance(policy, LeaseFaults)

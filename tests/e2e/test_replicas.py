@@ -14,13 +14,10 @@ import collections
 import dataclasses
 import datetime
 import itertools
-import json
 import re
 import ssl
 import threading
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +27,7 @@ import yaml
 
 from kopf.testing import KubeAPI, KubeAPIError, wait_for
 from tests.e2e.harness import OPERATORS, REPO, OperatorProcess, kopf_run, read_calls
+from tests.e2e.witnesses import Witness
 
 GROUP, VERSION, PLURAL = 'e2e.kopf.dev', 'v1', 'shardeds'
 CRD: dict[str, Any] = {
@@ -148,75 +146,9 @@ def overlaps(calls: list[Call], killed: dict[int, float]) -> list[tuple[Call, Ca
     return found
 
 
-class Witness:
-    """
-    An independent watch of the objects: when did each handler's success first reach the server?
-
-    A success is persisted when the handler's progress annotation says so,
-    or when the whole cause is done (the last-handled configuration is
-    stored, the progress purged). A handler call that starts after that
-    moment is a re-run after a persisted success.
-    """
-
-    def __init__(self, kube: KubeAPI, namespace: str) -> None:
-        self.url = f"{kube.server}{collection(namespace)}"
-        self.ssl: ssl.SSLContext = kube.ssl
-        self.persisted: dict[tuple[str, str], float] = {}
-        self.done: dict[str, float] = {}
-        self.error: BaseException | None = None
-        listing = kube.get(collection(namespace))
-        self.resource_version = listing['metadata']['resourceVersion']
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def finished(self, names: list[str]) -> bool:
-        if self.error is not None:
-            raise AssertionError(f"The witness has failed: {self.error!r}")
-        return set(names) <= set(self.done)
-
-    def _run(self) -> None:
-        try:
-            self._watch()
-        except BaseException as e:
-            self.error = e
-            raise
-
-    def _watch(self) -> None:
-        while not self._stop.is_set():
-            query = urllib.parse.urlencode({'watch': 'true', 'timeoutSeconds': '2',
-                                            'resourceVersion': self.resource_version})
-            with urllib.request.urlopen(f"{self.url}?{query}", context=self.ssl, timeout=10) as response:
-                for line in response:
-                    event = json.loads(line)
-                    assert event['type'] != 'ERROR', event
-                    self.note(event['object'])
-
-    def note(self, obj: dict[str, Any]) -> None:
-        seen = time.time()
-        meta = obj['metadata']
-        self.resource_version = meta['resourceVersion']
-        annotations = meta.get('annotations', {})
-        for handler in HANDLERS:
-            value = annotations.get(f'{PREFIX}/{handler}')
-            if LAST_HANDLED in annotations or (value and json.loads(value).get('success')):
-                self.persisted.setdefault((meta['name'], handler), seen)
-        if LAST_HANDLED in annotations:
-            self.done.setdefault(meta['name'], seen)
-
-    def reruns(self, calls: list[Call]) -> list[Call]:
-        assert self.error is None, f"The witness has failed: {self.error!r}"
-        return [call for call in calls
-                if (persisted := self.persisted.get((call.name, call.handler))) is not None and call.start > persisted]
-
-
 @pytest.fixture()
 def witness(kube: KubeAPI, namespace: str, crd: None) -> Iterator[Witness]:
-    witness = Witness(kube, namespace)
+    witness = Witness(kube, collection(namespace), handlers=HANDLERS, prefix=PREFIX)
     yield witness
     witness.stop()
 

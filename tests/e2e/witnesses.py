@@ -1,12 +1,16 @@
 """
-An independent watch of the objects that survives outages: when did each handler's success reach the server?
+An independent watch of the objects: when did each handler's success first reach the server?
 
-Like the witness of the replica tests, but it relists after any failure (a
-server that is away, a 410 Gone), so that it keeps watching across a
-restart of the control plane. A handler's success is persisted when its
-progress annotation says so, or when the whole cause is done (the
-last-handled configuration is stored); a call that starts after that moment
-is a re-run after a visible success.
+A handler's success is persisted when its progress annotation says so, or
+when the whole cause is done (the last-handled configuration is stored); a
+call that starts after that moment is a re-run after a visible success.
+
+The witness lists the objects before it returns, so that nothing created
+afterwards escapes it. By default any failure of its own watch (an error
+event, a connection refused) fails the test that asks it, since a witness
+that missed an event could hide a re-run; ``outlasts_outages=True`` makes it
+relist after such a failure instead, for the tests that stop the control
+plane or compact its history on purpose.
 """
 from __future__ import annotations
 
@@ -22,18 +26,25 @@ from kopf.testing import KubeAPI
 LAST_HANDLED = 'last-handled-configuration'
 
 
+class _Relist(Exception):
+    """The watch has ended with an error event (e.g. 410 Gone): the history is to be listed anew."""
+
+
 class Witness:
     def __init__(self, kube: KubeAPI, collection: str, *, handlers: tuple[str, ...],
-                 prefix: str = 'kopf.zalando.org') -> None:
+                 prefix: str = 'kopf.zalando.org', outlasts_outages: bool = False) -> None:
         self.kube = kube
         self.collection = collection
         self.handlers = handlers
         self.prefix = prefix
+        self.outlasts_outages = outlasts_outages
         self.persisted: dict[tuple[str, str], float] = {}
         self.done: dict[str, float] = {}
         self.failures = 0
+        self.error: BaseException | None = None
         self.lock = threading.Lock()
         self._stop = threading.Event()
+        self._version: str | None = self._list()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -42,37 +53,52 @@ class Witness:
         self._thread.join(timeout=10)
 
     def finished(self, names: list[str]) -> bool:
+        self._check()
         with self.lock:
             return set(names) <= set(self.done)
 
     def reruns(self, calls: list[Any]) -> list[Any]:
         """The calls (with ``name``, ``handler``, ``start``) that started after their success was visible."""
+        self._check()
         with self.lock:
             return [call for call in calls
                     if (at := self.persisted.get((call.name, call.handler))) is not None and call.start > at]
 
+    def _check(self) -> None:
+        if self.error is not None:
+            raise AssertionError(f"The witness has failed: {self.error!r}")
+
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                listing = self.kube.request('GET', self.collection, timeout=5)
-                for item in listing['items']:
-                    self.note(item)
-                self._watch(listing['metadata']['resourceVersion'])
-            except Exception:
+                if self._version is None:
+                    self._version: str | None = self._list()
+                self._watch()
+            except Exception as e:
+                if not self.outlasts_outages:
+                    self.error = e
+                    return
                 self.failures += 1
+                self._version = None
                 self._stop.wait(0.2)
 
-    def _watch(self, version: str) -> None:
+    def _list(self) -> str:
+        listing = self.kube.request('GET', self.collection, timeout=5)
+        for item in listing['items']:
+            self.note(item)
+        return str(listing['metadata']['resourceVersion'])
+
+    def _watch(self) -> None:
         while not self._stop.is_set():
-            query = urllib.parse.urlencode({'watch': 'true', 'timeoutSeconds': '2', 'resourceVersion': version,
+            query = urllib.parse.urlencode({'watch': 'true', 'timeoutSeconds': '2', 'resourceVersion': self._version,
                                             'allowWatchBookmarks': 'true'})
             url = f"{self.kube.server}{self.collection}?{query}"
             with urllib.request.urlopen(url, context=self.kube.ssl, timeout=10) as response:
                 for line in response:
                     event = json.loads(line)
                     if event['type'] == 'ERROR':
-                        return  # e.g. 410 Gone: relist
-                    version = event['object']['metadata']['resourceVersion']
+                        raise _Relist(event['object'])
+                    self._version = event['object']['metadata']['resourceVersion']
                     if event['type'] != 'BOOKMARK':
                         self.note(event['object'])
 
