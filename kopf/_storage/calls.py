@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Collection, Generator, Iterable
 from types import TracebackType
 from typing import Any, TypeAlias, TypeVar, cast
 
-from typing_extensions import Self
+from typing_extensions import Self, TypeIs
 
 T = TypeVar('T')
 
@@ -31,10 +31,20 @@ MaybeAwaitable: TypeAlias = T | Awaitable[T]
 Steps: TypeAlias = Generator[Any, Any, T]
 
 
+# What storage methods return when they are synchronous: never awaitable, and checked cheaply (the ABC check
+# of ``inspect.isawaitable`` is a good part of a cycle's cost when called for every plain value).
+_PLAIN: frozenset[type] = frozenset({type(None), dict, list, tuple, str, bool, int, float})
+
+
+def is_awaitable(value: Any) -> TypeIs[Awaitable[Any]]:
+    """Whether a storage method's result must be awaited: ``inspect.isawaitable``, quick for plain values."""
+    return type(value) not in _PLAIN and inspect.isawaitable(value)
+
+
 async def call(method: Callable[..., MaybeAwaitable[T]], **kwargs: Any) -> T:
     """Call a storage method with keyword arguments and await its result if needed."""
     result = method(**kwargs)
-    if inspect.isawaitable(result):
+    if is_awaitable(result):
         return await result
     return result
 
@@ -51,7 +61,7 @@ def drive(steps: Steps[T]) -> MaybeAwaitable[T]:
     """
     try:
         yielded = next(steps)
-        while not inspect.isawaitable(yielded):
+        while not is_awaitable(yielded):
             yielded = steps.send(yielded)
     except StopIteration as e:
         return cast(T, e.value)
@@ -62,7 +72,7 @@ async def _continue(steps: Steps[T], pending: Awaitable[Any]) -> T:
     yielded: Any = pending
     try:
         while True:
-            result = (await yielded) if inspect.isawaitable(yielded) else yielded
+            result = (await yielded) if is_awaitable(yielded) else yielded
             yielded = steps.send(result)
     except StopIteration as e:
         return cast(T, e.value)

@@ -174,10 +174,12 @@ class Persistence:
         """Whether the object holds anything under this handler's keys, even if it is unreadable."""
         if not self._in_body:
             return False
-        if owned_annotations(self.progress, self.body.metadata.annotations, [handler_id]):
+        # Known to hold no annotation of ours: only the status may keep what clear() has left as unreadable.
+        known_empty = self._empty and handler_id in self.handler_ids
+        if not known_empty and owned_annotations(self.progress, self.body.metadata.annotations, [handler_id]):
             return True
         return any(dicts.resolve(self.body, field + (handler_id,), None) is not None
-                   for field in _status_fields(self.progress))
+                   for field in _status_fields_of(self.progress))
 
     def _untraced(self, essence: Essence) -> Essence:
         """The essence without whatever is under the handlers' keys (what clear() left is unreadable, but ours)."""
@@ -343,9 +345,20 @@ def _record_keys(
 _cached_record_keys = functools.lru_cache(maxsize=64)(_record_keys)
 
 
-def _status_fields(storage: ProgressStorage) -> list[dicts.FieldPath]:
+def _status_fields(storage: ProgressStorage) -> tuple[dicts.FieldPath, ...]:
     """Where the status storages among this one keep their records."""
-    return [child.field for child in _children(storage) if isinstance(child, StatusProgressStorage)]
+    return tuple(child.field for child in _children(storage) if isinstance(child, StatusProgressStorage))
+
+
+_cached_status_fields = functools.lru_cache(maxsize=64)(_status_fields)
+
+
+def _status_fields_of(storage: ProgressStorage) -> tuple[dicts.FieldPath, ...]:
+    """The status fields of a storage, found once per storage (storages are set once, at the start)."""
+    try:
+        return _cached_status_fields(storage)
+    except TypeError:  # a custom storage that cannot be hashed
+        return _status_fields(storage)
 
 
 def _children(storage: ProgressStorage) -> Iterable[ProgressStorage]:

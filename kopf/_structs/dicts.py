@@ -18,6 +18,8 @@ _MISSING: Any = object()
 
 def parse_field(field: FieldSpec | None) -> FieldPath:
     """Turn ``'a.b.c'`` (or a sequence of keys) into ``('a', 'b', 'c')``."""
+    if type(field) is tuple:
+        return field  # already parsed (the most frequent case, in loops over every object)
     if field is None:
         return ()
     if isinstance(field, str):
