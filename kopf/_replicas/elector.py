@@ -11,6 +11,7 @@ holder has surely stopped (``holding_until``).
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 
 from kopf import errors
 from kopf._kube.auth import APIContext
@@ -200,9 +201,12 @@ class Elector(Replica):
         self.gate.harden()
         if (not self.leading and self.holding_until is None) or self.lease is None:
             return
-        spec = election.released_spec(self.lease, stamp=self.stamp())
+        def give_up(lease: Lease) -> Awaitable[Lease]:
+            spec = election.released_spec(lease, stamp=self.stamp())
+            return leases.replace_lease(lease=lease, context=self.context, spec=spec, timeout=self.timeout)
+
         try:
-            await leases.replace_lease(lease=self.lease, context=self.context, spec=spec, timeout=self.timeout)
+            await leases.on_own_lease(self.lease, give_up, context=self.context, timeout=self.timeout)
         except TRANSIENT as e:
             logger.warning("Cannot release the lease %s/%s: %s; the standbys take over when it expires.",
                            self.settings.namespace, self.settings.name, errors.describe(e))

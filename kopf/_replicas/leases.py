@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 from kopf._kube.auth import APIContext
-from kopf._kube.errors import APINotFoundError
+from kopf._kube.errors import APIConflictError, APINotFoundError
 
 GROUP = 'coordination.k8s.io'
 VERSION = 'v1'
@@ -207,3 +207,37 @@ async def delete_lease(
     except APINotFoundError:
         return False
     return True
+
+
+T = TypeVar('T')
+
+
+async def on_own_lease(
+        lease: Lease,
+        action: Callable[[Lease], Awaitable[T]],
+        *,
+        context: APIContext,
+        timeout: float | None = None,
+        attempts: int = 3,
+) -> T | None:
+    """
+    Do something to our Lease as last seen, or to its fresh version if only its holder's own write changed it.
+
+    A write whose answer never came (a renewal cut short by the operator's
+    stop) has changed the Lease on the server, not in our memory: the server
+    then refuses the next write with ``409``. If the fresh Lease has the same
+    holder, the change was ours, and the action is done again on the fresh
+    one. ``None`` if the Lease is gone; the ``409`` is raised if the Lease
+    has another holder now, or keeps changing.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return await action(lease)
+        except APIConflictError:
+            fresh = await read_lease(context=context, namespace=lease.namespace, name=lease.name, timeout=timeout)
+            if fresh is None:
+                return None
+            if fresh.spec.holder != lease.spec.holder or attempt == attempts:
+                raise
+            lease = fresh
+    return None

@@ -161,7 +161,9 @@ class Member(Replica):
         if self.lease is None:
             return
         try:
-            await leases.delete_lease(lease=self.lease, context=self.context, timeout=self.timeout)
+            await leases.on_own_lease(self.lease, context=self.context, timeout=self.timeout,
+                                      action=lambda lease: leases.delete_lease(lease=lease, context=self.context,
+                                                                               timeout=self.timeout))
         except TRANSIENT as e:
             logger.warning("Cannot delete the member lease %s: %s; the others take over when it expires.",
                            self.settings.member_lease_name, errors.describe(e))

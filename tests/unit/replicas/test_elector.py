@@ -1,6 +1,7 @@
 """
 HA replicas against the in-memory Lease store, on the fake clock: who leads, and when the others take over.
 """
+import asyncio
 import dataclasses
 
 import pytest
@@ -147,3 +148,16 @@ async def test_a_replica_that_steps_down_renews_but_takes_nothing(start, store, 
     await passes(clock, 2 * RETRY)
     assert holder(store) == 'c' and store.leases['ns', 'op'].resource_version != version  # still renewed
     assert not closing.gate.active
+
+
+async def test_a_leaving_leader_releases_the_lease_even_after_a_renewal_whose_answer_it_never_got(start, store,
+                                                                                                  clock):
+    leader = start('ha', 'a')
+    await until(clock, lambda: leader.gate.active, within=RETRY)
+    leader.task.cancel()  # the loop stops first, as at the operator's exit
+    await asyncio.gather(leader.task, return_exceptions=True)
+    # Its last renewal reached the server, but the stop cut its answer off: the server has a newer version.
+    known = store.leases['ns', 'op']
+    store._store('ns', 'op', known.spec, known.labels, known.annotations)
+    await leader.impl.release()
+    assert holder(store) is None

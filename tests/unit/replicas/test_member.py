@@ -2,6 +2,7 @@
 Sharded replicas against the in-memory Lease store, on the fake clock: one owner per object, and hand-overs.
 """
 import asyncio
+import dataclasses
 import logging
 
 from kopf._replicas import ownership
@@ -79,3 +80,33 @@ async def test_a_member_whose_lease_was_taken_for_expired_stops_and_joins_anew(s
     await until(clock, lambda: not member.gate.active, within=RETRY)
     assert "Our member lease is gone (the others took it for expired): stopped handling; joining anew." in caplog.text
     await until(clock, converged(member), within=LEASE)
+
+
+async def test_a_leaving_member_deletes_its_lease_even_after_a_renewal_whose_answer_it_never_got(
+        start, store, clock, caplog):
+    caplog.set_level(logging.INFO)
+    members = [start('shards', name) for name in 'ab']
+    await until(clock, converged(*members), within=LEASE)
+    leaving = members[0]
+    leaving.task.cancel()  # the loop stops first, as at the operator's exit
+    await asyncio.gather(leaving.task, return_exceptions=True)
+    # Its last renewal reached the server, but the stop cut its answer off: the server has a newer version.
+    known = store.leases['ns', 'op-a']
+    store._store('ns', 'op-a', known.spec, known.labels, known.annotations)
+    await leaving.impl.release()
+    assert ('ns', 'op-a') not in store.leases
+    assert "Left the shards: deleted the member lease op-a." in caplog.text
+
+
+async def test_a_leaving_member_leaves_a_lease_that_another_holder_has_taken_alone(start, store, clock, caplog):
+    caplog.set_level(logging.INFO)
+    members = [start('shards', name) for name in 'ab']
+    await until(clock, converged(*members), within=LEASE)
+    leaving = members[0]
+    leaving.task.cancel()
+    await asyncio.gather(leaving.task, return_exceptions=True)
+    known = store.leases['ns', 'op-a']
+    store._store('ns', 'op-a', dataclasses.replace(known.spec, holder='someone-else'), known.labels, known.annotations)
+    await leaving.impl.release()
+    assert store.leases['ns', 'op-a'].spec.holder == 'someone-else'
+    assert "Cannot delete the member lease op-a" in caplog.text
