@@ -71,6 +71,12 @@ class BatchingSettings(Protocol):
     worker_limit: int | None
 
 
+class Admission(Protocol):
+    """Lets each cycle start in turn when too many are already heading for the API (:mod:`kopf._kube.slots`)."""
+
+    def admitted(self, clock: Clock) -> AbstractAsyncContextManager[None]: ...
+
+
 class Gate(Protocol):
     """
     Which objects this replica may handle now (see :mod:`kopf._replicas.fencing`); without a gate, all.
@@ -133,10 +139,15 @@ async def watch_objects(
         processor: Processor,
         settings: BatchingSettings,
         gate: Gate | None = None,
+        admission: Admission | None = None,
         probe: QueueProbe = NULL_QUEUE,
         clock: Clock = SYSTEM_CLOCK,
 ) -> None:
-    """Route every event of a stream to its object's worker until the stream ends; ``probe`` observes the queue."""
+    """
+    Route every event of a stream to its object's worker until the stream ends.
+
+    ``probe`` observes the queue; every cycle runs inside ``admission`` if given.
+    """
     mailboxes: dict[str, _Mailbox] = {}
     limiter = asyncio.Semaphore(settings.worker_limit) if settings.worker_limit else None
     repeats = failures.RepeatLimiter()
@@ -156,7 +167,7 @@ async def watch_objects(
                 mailbox = mailboxes[key] = _Mailbox(backlog)
                 mailbox.task = asyncio.create_task(
                     _worker(key, mailbox=mailbox, processor=processor, settings=settings, limiter=limiter,
-                            gate=gate, probe=probe, clock=clock),
+                            gate=gate, admission=admission, probe=probe, clock=clock),
                     name=f"kopf worker {key}")
                 mailbox.task.add_done_callback(
                     functools.partial(_forget, key, mailbox, mailboxes, describe(raw_event), repeats, probe))
@@ -339,6 +350,7 @@ async def _worker(
         settings: BatchingSettings,
         limiter: asyncio.Semaphore | None,
         gate: Gate | None = None,
+        admission: Admission | None = None,
         probe: QueueProbe = NULL_QUEUE,
         clock: Clock = SYSTEM_CLOCK,
 ) -> None:
@@ -361,7 +373,8 @@ async def _worker(
             async with gate.handling(key) if gate is not None else contextlib.nullcontext(True) as admitted:
                 if not admitted:
                     return  # not ours (any more): its owner handles it
-                outcome = await processor(raw_event, woken_up)
+                async with admission.admitted(clock) if admission is not None else contextlib.nullcontext():
+                    outcome = await processor(raw_event, woken_up)
         mailbox.settle()
         mailbox.expect(_GONE if outcome.gone else outcome.resource_version)
         if raw_event.get('type') == 'DELETED':

@@ -663,7 +663,7 @@ async def _handle_stream(
             pass
         return
     await queueing.watch_objects(stream=stream, processor=functools.partial(processing.process_event, watch),
-                                 settings=watch.config.batching, gate=gate,
+                                 settings=watch.config.batching, gate=gate, admission=watch.context.slots,
                                  probe=recording.current().queue(watch.resource, gate))
 
 

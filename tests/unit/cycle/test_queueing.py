@@ -13,6 +13,7 @@ import pytest
 
 from kopf._cycle import queueing
 from kopf._cycle.queueing import ProcessingOutcome, event_key
+from kopf._kube.slots import ADMISSION_PATIENCE, ADMISSIONS_PER_SLOT, RequestSlots
 from kopf._observability.recording import QueueProbe
 from tests.unit.conftest import in_fake_time
 
@@ -154,6 +155,29 @@ async def test_worker_limit_bounds_parallel_handling(clock):
                         settings=Settings(worker_limit=2, batch_window=0.01))
     assert len(peak) == 5
     assert max(peak) == 2
+
+
+@pytest.mark.parametrize('duration, expected_peak', [
+    (ADMISSION_PATIENCE / 2, ADMISSIONS_PER_SLOT),  # quick cycles: as many as the admissions
+    (ADMISSION_PATIENCE * 2, 12),  # slow handlers, say: every object at once
+])
+async def test_cycles_start_as_the_api_admits_them_and_slow_ones_do_not_hold_the_others_back(
+        clock, duration, expected_peak):
+    active = []
+    peak = []
+
+    async def processor(raw_event, woken_up):
+        active.append(1)
+        peak.append(len(active))
+        await clock.sleep(duration)
+        active.pop()
+        return ProcessingOutcome()
+
+    events = [event(f'o{i}', 1) for i in range(12)]
+    await watch_objects(clock, stream=feed(clock, events, hold=5.0), processor=processor,
+                        settings=Settings(batch_window=0.01), admission=RequestSlots(1))
+    assert len(peak) == 12
+    assert max(peak) == expected_peak
 
 
 async def test_a_wake_up_after_our_patch_continues_from_the_patched_object(monkeypatch, clock):

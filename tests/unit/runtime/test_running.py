@@ -340,8 +340,9 @@ async def test_handlers_of_any_resource_wait_until_every_indexed_listing_is_in(m
     config = OperatorConfig()
     config.batching.exit_timeout = 0.1
     config.batching.batch_window = 0  # no timer between an event and its handling: only the indexes hold it back
+    context = running._api_context(kopf.ConnectionInfo(server='https://k8s:6443'), config=config, relogin=None)
     task = asyncio.create_task(running._watch_all(
-        context=None, insights=observation.Insights(resources=resources, namespaces=['ns1', 'ns2']),
+        context=context, insights=observation.Insights(resources=resources, namespaces=['ns1', 'ns2']),
         registry=registry, config=config, memo=None, stop=stop, ready_flag=None))
     await until(lambda: listed == {'ns1', 'ns2'})
     await idle()
