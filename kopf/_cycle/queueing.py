@@ -14,7 +14,12 @@ behind (a busy operator or API server), such events are skipped. A wake-up
 that is due meanwhile continues from the patched object instead. When the
 patch concluded the handling and the processor says so (``settled``), the
 event of exactly the patched state is skipped too: its cycle would find
-nothing to do.
+nothing to do. Such a worker does not even wait for that event when the
+server's versions are numbers: it leaves the patch's version behind (a few
+dozen bytes instead of a worker and the patched object) and ends; the events
+of the object up to that version are dropped on arrival. This matters for a
+first listing, whose objects are all patched before the watch that brings
+those events is open.
 
 When a worker wakes up is decided apart from the waiting (:func:`_plan`), by
 the injected clock, so that tests move the clock instead of waiting.
@@ -149,14 +154,19 @@ async def watch_objects(
     ``probe`` observes the queue; every cycle runs inside ``admission`` if given.
     """
     mailboxes: dict[str, _Mailbox] = {}
+    settled: dict[str, str] = {}  # by object: the version of our concluding patch, whose worker has ended
     limiter = asyncio.Semaphore(settings.worker_limit) if settings.worker_limit else None
     repeats = failures.RepeatLimiter()
     backlog = _Backlog()
     try:
         async for raw_event in stream:
             key = event_key(raw_event)
+            if key in settled and _settled_by(raw_event, settled, key):
+                del raw_event  # our concluding patch, or older: nothing to do (also if another replica's now)
+                continue
             if gate is not None and not gate.admits(key):
-                continue  # another replica's object
+                del raw_event  # another replica's object
+                continue
             if raw_event.get('type') is None and backlog.count >= LISTING_BACKLOG:
                 # A listed object, and many listed before it not handled yet: the listing waits (its
                 # next page is not requested meanwhile), so that it is never in memory all at once.
@@ -167,7 +177,7 @@ async def watch_objects(
                 mailbox = mailboxes[key] = _Mailbox(backlog)
                 mailbox.task = asyncio.create_task(
                     _worker(key, mailbox=mailbox, processor=processor, settings=settings, limiter=limiter,
-                            gate=gate, admission=admission, probe=probe, clock=clock),
+                            gate=gate, admission=admission, settled=settled, probe=probe, clock=clock),
                     name=f"kopf worker {key}")
                 mailbox.task.add_done_callback(
                     functools.partial(_forget, key, mailbox, mailboxes, describe(raw_event), repeats, probe))
@@ -288,6 +298,25 @@ class _Backlog:
             self._waiter = None
 
 
+def _settled_by(raw_event: RawEvent, settled: dict[str, str], key: str) -> bool:
+    """
+    Whether the event shows the object as our concluding patch has left it, or older; if not, forget the patch.
+
+    Only numeric versions are left behind (see :func:`_leaves_version`), so
+    they compare as numbers; a deletion is always news.
+    """
+    version = _resource_version(raw_event)
+    expected = settled[key]
+    if raw_event.get('type') != 'DELETED' and version is not None and version.isdigit():
+        if version == expected:
+            del settled[key]
+            return True
+        if int(version) < int(expected):
+            return True  # older than our patch: its event is still to come
+    del settled[key]
+    return False
+
+
 def _resolve(waiter: asyncio.Future[bool], value: bool) -> None:
     if not waiter.done():
         waiter.set_result(value)
@@ -351,13 +380,19 @@ async def _worker(
         limiter: asyncio.Semaphore | None,
         gate: Gate | None = None,
         admission: Admission | None = None,
+        settled: dict[str, str] | None = None,
         probe: QueueProbe = NULL_QUEUE,
         clock: Clock = SYSTEM_CLOCK,
 ) -> None:
-    """Handle one object's events until it is gone, idle for a while, or not ours any more."""
+    """
+    Handle one object's events until it is gone, idle for a while, or not ours any more.
+
+    A worker whose patch concludes the handling may end before that patch's
+    event arrives, leaving the patch's version in ``settled``.
+    """
     delay: float | None = None
     fallback: RawEvent | None = None  # the freshest state known besides the mailbox: our patched object
-    settled: str | None = None  # the version that our concluding patch left: its own event needs no cycle
+    concluded: str | None = None  # the version that our concluding patch left: its own event needs no cycle
     while True:
         step = await _next_event(key, mailbox, settings, delay=delay, fallback=fallback, clock=clock)
         if step is None:
@@ -365,7 +400,7 @@ async def _worker(
         raw_event, woken_up = step
         del step
         probe.taken(key, woken_up=woken_up)
-        if settled is not None and not woken_up and _resource_version(raw_event) == settled and \
+        if concluded is not None and not woken_up and _resource_version(raw_event) == concluded and \
                 raw_event.get('type') != 'DELETED':
             mailbox.settle()  # exactly the state our patch left, which the processor has found nothing to do in
             return  # nothing is pending: the object's next change gets a new worker
@@ -381,12 +416,28 @@ async def _worker(
             return
         if _finished(raw_event, outcome, mailbox):
             return  # a listed object with nothing to do (e.g. on a restart): no worker waits for its changes
+        if settled is not None and _leaves_version(outcome, mailbox):
+            assert outcome.resource_version is not None
+            settled[key] = outcome.resource_version
+            return  # its events up to our patch are dropped on arrival, later ones get a new worker
         delay = outcome.delay
-        settled = outcome.resource_version if outcome.settled and delay is None else None
+        concluded = outcome.resource_version if outcome.settled and delay is None else None
         fallback = raw_event if outcome.body is None else {'type': 'MODIFIED', 'object': outcome.body}
         if delay is None and mailbox.expected_rv is None:
             fallback = None  # nothing due: a waiting worker holds nothing of the object
         del raw_event, outcome
+
+
+def _leaves_version(outcome: ProcessingOutcome, mailbox: _Mailbox) -> bool:
+    """
+    Whether a worker may end right after its concluding patch, before the patch's event arrives.
+
+    Only if nothing else is due or waiting, and the patch's version is a
+    number, so that the events older than it can be told on arrival.
+    """
+    version = outcome.resource_version
+    return (outcome.settled and outcome.delay is None and version is not None and version.isdigit()
+            and mailbox.expected_rv == version and mailbox.latest is None)
 
 
 def _finished(raw_event: RawEvent, outcome: ProcessingOutcome, mailbox: _Mailbox) -> bool:

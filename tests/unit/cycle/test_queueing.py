@@ -572,16 +572,58 @@ async def test_a_listed_object_keeps_its_worker_while_something_is_due(clock):
     assert probe.ended == {'a': 1.0}  # woken up after the delay, and then nothing more was due
 
 
-async def test_after_skipping_the_event_of_a_settling_patch_the_worker_ends(clock):
+async def test_a_worker_ends_right_after_a_settling_patch_and_its_event_starts_none(clock):
     probe = TimedProbe(clock)
+    seen = []
 
     async def processor(raw_event, woken_up):
+        seen.append(raw_event['object']['metadata']['resourceVersion'])
         return ProcessingOutcome(resource_version='5', settled=True)
 
     await watch_objects(clock, stream=feed(clock, [event('a', 1), 0.5, event('a', 5)], hold=10),
                         processor=processor, probe=probe,
                         settings=Settings(batch_window=0.25, idle_timeout=5, exit_timeout=0.1))
-    assert probe.ended == {'a': 0.75}
+    assert seen == ['1']
+    assert probe.ended == {'a': 0.25}  # not waiting for the patch's event, which comes at 0.5
+
+
+@pytest.mark.parametrize('events, expected', [
+    pytest.param([listed('a', 1), event('a', 3), event('a', 5), 0.5, event('a', 6)], ['1', '6'],
+                 id='older-and-own-dropped'),
+    pytest.param([listed('a', 1), event('a', 3), 0.5, event('a', 7)], ['1', '7'], id='own-lost-later-handled'),
+    pytest.param([listed('a', 1), event('a', 3), 0.5, event('a', 4, 'DELETED')], ['1', '4'], id='deletion'),
+    pytest.param([listed('a', 1), 0.5, listed('a', 5), 0.5, listed('a', 5)], ['1', '5'], id='relisted'),
+])
+async def test_the_events_up_to_a_settling_patch_are_dropped_after_its_worker_has_ended(clock, events, expected):
+    seen = []
+
+    async def processor(raw_event, woken_up):
+        rv = raw_event['object']['metadata']['resourceVersion']
+        seen.append(rv)
+        return ProcessingOutcome(resource_version='5', settled=True) if rv == '1' else ProcessingOutcome()
+
+    await watch_objects(clock, stream=feed(clock, events, hold=1), processor=processor,
+                        settings=Settings(batch_window=0.01, idle_timeout=5, exit_timeout=0.1))
+    assert seen == expected
+
+
+@pytest.mark.parametrize('version, outcome', [
+    pytest.param('abc', dict(settled=True), id='not-a-number'),
+    pytest.param('5', dict(settled=False), id='not-settling'),
+    pytest.param('5', dict(settled=True, delay=3.0), id='delayed'),
+])
+async def test_a_worker_waits_for_its_patchs_event_when_its_version_cannot_be_told_or_more_is_due(
+        clock, version, outcome):
+    probe = TimedProbe(clock)
+    seen = []
+
+    async def processor(raw_event, woken_up):
+        seen.append(raw_event['object']['metadata']['resourceVersion'])
+        return ProcessingOutcome(resource_version=version, **outcome) if len(seen) == 1 else ProcessingOutcome()
+
+    await watch_objects(clock, stream=feed(clock, [event('a', 1)], hold=10), processor=processor, probe=probe,
+                        settings=Settings(batch_window=0.25, idle_timeout=0.5, exit_timeout=0.1))
+    assert probe.ended['a'] > 0.25  # it stayed for the patch's event (and then gave up on it or woke up)
 
 
 async def test_a_listing_is_not_paced_by_the_batch_window(clock, monkeypatch):
