@@ -36,6 +36,8 @@ class HandlerTable(Generic[K, H]):
         self._duplicate = duplicate
         self._handlers: dict[K, list[H]] = {}
         self._served: dict[Hashable, tuple[H, ...]] = {}  # by resource; cleared by every registration
+        # The resource asked about last (mostly the very same object, e.g. a watch's) and its answer.
+        self._last: tuple[ResourceKey, tuple[H, ...]] | None = None
 
     def add(self, key: K, handler: H) -> None:
         """Register a handler for a key, unless the duplicate rule refuses it beside one already there."""
@@ -45,6 +47,7 @@ class HandlerTable(Generic[K, H]):
                 raise DuplicateHandlerError(reason)
         self._handlers.setdefault(key, []).append(handler)
         self._served.clear()
+        self._last = None
 
     def __iter__(self) -> Iterator[tuple[K, H]]:
         """All handlers with the keys they were declared for, key by key in the order of their first use."""
@@ -65,12 +68,16 @@ class HandlerTable(Generic[K, H]):
 
     def serving(self: HandlerTable[Selector, H], resource: ResourceKey) -> tuple[H, ...]:
         """The handlers of every selector that selects the resource (or of that very selector), each once."""
+        last = self._last
+        if last is not None and last[0] is resource:
+            return last[1]
         memo = _memo_key(resource)
         served = self._served.get(memo)
         if served is None:
             selected = (handler for selector, handlers in self._handlers.items()
                         if _selects(selector, resource) for handler in handlers)
             served = self._served[memo] = tuple(_unique(selected))
+        self._last = (resource, served)
         return served
 
 
