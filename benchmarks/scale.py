@@ -10,6 +10,10 @@ these scenarios:
   the operator's PATCHes per object, its CPU per object, its peak RSS, and the
   share of the server's raw PATCH rate (a plain client loop, measured in the
   same control plane just before) that its PATCHes reach.
+* **backlog** (1 and 3 handlers): N objects created before the operator
+  starts, then the operator started: the same figures, counted from its
+  start (its imports and its listing included), without the creations
+  competing for the server -- the raw PATCH rate is measured so too.
 * **idle** (after the 1-handler burst): the resident memory per watched object
   once the operator is idle, above its level when it was ready.
 * **restart** (the 1-handler operator stopped and started again over the N
@@ -24,7 +28,7 @@ these scenarios:
   was called (event-to-handler latency, both clocks are this machine's);
   p50/p99/max, the operator's CPU and PATCHes per change.
 
-Each phase (the 1-handler chain burst/idle/restart/steady, the 3-handler burst)
+Each phase (the 1-handler chain burst/idle/restart/steady, the 3-handler burst, the backlogs)
 runs on a fresh control plane, the frameworks alternating (ours, Kopf, ours,
 Kopf). A framework's phase that does not finish within ``--cap`` seconds (30
 minutes) is reported as such, with how far it got. Then one table: the figures
@@ -72,7 +76,7 @@ _WATCHERS = re.compile(r'^apiserver_longrunning_requests\{(?P<labels>[^}]*)\}\s+
 class ScaleOptions:
     objects: int = 100_000
     frameworks: tuple[str, ...] = ('ours', 'kopf')
-    phases: tuple[str, ...] = ('chain', 'burst3')
+    phases: tuple[str, ...] = ('chain', 'burst3', 'backlog1', 'backlog3')
     steady_rate: float = 200.0
     steady_seconds: float = 300.0
     steady_concurrency: int = 64
@@ -251,6 +255,64 @@ async def burst(api: Api, plane: ControlPlane, framework: Framework, *, scale: S
         raise
 
 
+async def backlog(api: Api, plane: ControlPlane, framework: Framework, *, scale: ScaleOptions, handlers: int,
+                  namespace: str, logs: Path, figures: Figures) -> None:
+    """
+    Create N objects with no operator running, then start it; measure until the last one is fully handled.
+
+    The handling rate without the creations competing for the same server
+    (as the raw PATCH rate is measured); the times and the CPU count from the
+    operator's start, its imports and its listing included.
+    """
+    options = _options(scale, handlers)
+    figures.values['raw PATCH/s'] = max([await sidebyside.raw_patch_rate(api, f'{namespace}-raw{i}', options)
+                                         for i in range(2)])
+    await api.ensure_namespace(namespace)
+    assert plane.kubeconfig is not None
+    async with sidebyside.HandledTracker(api, namespace) as tracker:
+        names = [f'obj-{i:06d}' for i in range(scale.objects)]
+        creating = time.monotonic()
+        await api.create_objects(namespace, names, concurrency=options.create_concurrency)
+        figures.values['created obj/s'] = scale.objects / (time.monotonic() - creating)
+        before, own_before = await api.metrics(), collections.Counter(api.own)
+        started = time.monotonic()
+        operator = sidebyside.OperatorProcess(framework, namespace=namespace, kubeconfig=plane.kubeconfig,
+                                              log=logs / f'{framework.name}-{figures.phase}.log', options=options)
+        try:
+            waiting = sidebyside.wait_handled(tracker, operator, set(names), stall_timeout=options.stall_timeout,
+                                              what=f"{scale.objects} listed objects to be fully handled")
+            try:
+                last = await asyncio.wait_for(waiting, timeout=scale.cap)
+            except asyncio.TimeoutError:
+                done = len(set(names).intersection(tracker.handled))
+                raise BenchmarkError(f"not finished within {scale.cap:.0f}s: {done} of {scale.objects} objects "
+                                     f"fully handled by then") from None
+            idle = await sidebyside.wait_until_idle(operator, since=last, settle=options.idle_settle,
+                                                    window=options.quiet_window, timeout=600)
+            after = await api.metrics()
+            own = collections.Counter(api.own)
+            own.subtract(own_before)
+        finally:
+            operator.stop()
+    counts = apimetrics.delta(apimetrics.delta(after, before), own)
+    patches, other, _ = sidebyside.split_requests(counts)
+    seconds = last - started
+    figures.values.update({
+        'obj/s': scale.objects / seconds,
+        'PATCH/obj': patches / scale.objects,
+        'other req/obj': sum(other.values()) / scale.objects,
+        'CPU ms/obj': idle.cpu / scale.objects * 1000,
+        'peak RSS MB': idle.hwm / MB,
+        'share of raw PATCH rate': (patches / seconds) / figures.values['raw PATCH/s'],
+        'idle RSS MB': idle.rss / MB,
+    })
+    calls = operator.handler_calls()
+    if calls is not None:
+        figures.values['calls/obj'] = calls / scale.objects
+    figures.notes.append(f"{seconds:.0f}s from the start; other requests: "
+                         + ', '.join(f"{k} {v}" for k, v in sorted(other.items())))
+
+
 async def restart(api: Api, plane: ControlPlane, framework: Framework, *, scale: ScaleOptions,
                   namespace: str, logs: Path, figures: Figures, index: int,
                   updates: Path) -> sidebyside.OperatorProcess:
@@ -423,12 +485,16 @@ async def _phase(scale: ScaleOptions, framework: Framework, phase: str, logs: Pa
         await asyncio.to_thread(sidebyside._apply_crd, plane)
         if phase == 'chain':
             return await chain(api, plane, framework, scale=scale, logs=logs)
-        if phase not in ('burst1', 'burst3'):
-            raise BenchmarkError(f"No such phase: {phase!r} (chain, burst1, burst3).")
+        if phase not in ('burst1', 'burst3', 'backlog1', 'backlog3'):
+            raise BenchmarkError(f"No such phase: {phase!r} (chain, burst1, burst3, backlog1, backlog3).")
         figures = Figures(framework.name, phase)
         try:
-            await burst(api, plane, framework, scale=scale, handlers=int(phase[-1]),
-                        namespace=f'scale{phase[-1]}-{framework.name}', logs=logs, figures=figures, keep=False)
+            if phase.startswith('backlog'):
+                await backlog(api, plane, framework, scale=scale, handlers=int(phase[-1]),
+                              namespace=f'backlog{phase[-1]}-{framework.name}', logs=logs, figures=figures)
+            else:
+                await burst(api, plane, framework, scale=scale, handlers=int(phase[-1]),
+                            namespace=f'scale{phase[-1]}-{framework.name}', logs=logs, figures=figures, keep=False)
         except BenchmarkError as e:
             figures.notes.append(f"FAILED: {e}")
         return [figures]
@@ -443,9 +509,16 @@ TARGETS: dict[tuple[str, str], tuple[str, float]] = {
     ('burst1', 'CPU ms/obj'): ('<=', 0.6),
     ('burst1', 'peak RSS MB'): ('<=', 300),
     ('burst3', 'peak RSS MB'): ('<=', 300),
+    ('backlog1', 'share of raw PATCH rate'): ('>=', 0.90),
+    ('backlog1', 'CPU ms/obj'): ('<=', 0.6),
+    ('backlog1', 'peak RSS MB'): ('<=', 300),
+    ('backlog3', 'peak RSS MB'): ('<=', 300),
     ('idle', 'idle KB/obj'): ('<=', 1.0),
     ('steady', 'latency p99 ms'): ('<=', 250),
 }
+
+
+PHASE_ORDER = ['burst1', 'burst3', 'backlog1', 'backlog3', 'idle', 'restart', 'steady']
 
 
 def table(results: Sequence[Figures], scale: ScaleOptions) -> str:
@@ -471,7 +544,7 @@ def table(results: Sequence[Figures], scale: ScaleOptions) -> str:
                     by_key[key][fw] = value / plain[fw]
     fws = [fw for fw in ('ours', 'kopf') if fw in scale.frameworks]
     lines = [f"| scenario | figure | {' | '.join(fws)} | target (ours) |", '|---|---|' + '---|' * (len(fws) + 1)]
-    for phase, name in sorted(order, key=lambda k: (['burst1', 'burst3', 'idle', 'restart', 'steady'].index(k[0]),
+    for phase, name in sorted(order, key=lambda k: (PHASE_ORDER.index(k[0]),
                                                     order.index(k))):
         values = by_key[(phase, name)]
         cells = [_fmt(values.get(fw)) for fw in fws]
@@ -529,9 +602,9 @@ def parse_args(argv: Sequence[str] | None = None) -> ScaleOptions:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0] if __doc__ else None)
     parser.add_argument('-n', '--objects', type=int, default=ScaleOptions.objects)
     parser.add_argument('--only', choices=['ours', 'kopf'])
-    parser.add_argument('--phases', default='chain,burst3',
+    parser.add_argument('--phases', default=','.join(ScaleOptions.phases),
                         help="chain (burst with 1 handler, idle, restart, steady), burst3 (3 handlers), "
-                             "burst1 (the chain's burst alone)")
+                             "burst1 (the chain's burst alone), backlog1 and backlog3 (1 and 3 handlers)")
     parser.add_argument('--steady-rate', type=float, default=ScaleOptions.steady_rate)
     parser.add_argument('--steady-seconds', type=float, default=ScaleOptions.steady_seconds)
     parser.add_argument('--restarts', type=int, default=ScaleOptions.restarts)
