@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from typing import TypeVar
 
 from kopf._storage import calls, conventions
 from kopf._storage.diffbase import DiffBaseStorage
@@ -350,15 +351,23 @@ def _status_fields(storage: ProgressStorage) -> tuple[dicts.FieldPath, ...]:
     return tuple(child.field for child in _children(storage) if isinstance(child, StatusProgressStorage))
 
 
-_cached_status_fields = functools.lru_cache(maxsize=64)(_status_fields)
+T = TypeVar('T')
 
 
-def _status_fields_of(storage: ProgressStorage) -> tuple[dicts.FieldPath, ...]:
-    """The status fields of a storage, found once per storage (storages are set once, at the start)."""
-    try:
-        return _cached_status_fields(storage)
-    except TypeError:  # a custom storage that cannot be hashed
-        return _status_fields(storage)
+def _per_storage(fn: Callable[[ProgressStorage], T]) -> Callable[[ProgressStorage], T]:
+    """Find what a storage's make-up tells once per storage (storages are set once, at the start)."""
+    cached = functools.lru_cache(maxsize=64)(fn)
+
+    @functools.wraps(fn)
+    def wrapper(storage: ProgressStorage) -> T:
+        try:
+            return cached(storage)
+        except TypeError:  # a custom storage that cannot be hashed
+            return fn(storage)
+    return wrapper
+
+
+_status_fields_of = _per_storage(_status_fields)
 
 
 def _children(storage: ProgressStorage) -> Iterable[ProgressStorage]:
@@ -370,6 +379,7 @@ def _children(storage: ProgressStorage) -> Iterable[ProgressStorage]:
         yield storage
 
 
+@_per_storage
 def in_body(storage: ProgressStorage) -> bool:
     """Whether a storage keeps all its records in the object itself (so that the object tells what it holds)."""
     if isinstance(storage, MultiProgressStorage):

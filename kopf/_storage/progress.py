@@ -117,7 +117,7 @@ class ProgressStorage(calls.Lifetime, abc.ABC):
 def strip_bookkeeping(essence: Essence) -> Essence:
     """Remove all progress records and markers (of any framework instance and prefix) from an essence."""
     annotations = dicts.resolve(essence, ('metadata', 'annotations'), None)
-    if isinstance(annotations, MutableMapping):
+    if type(annotations) is dict or isinstance(annotations, MutableMapping):  # plain dicts skip the ABC check
         for key in [k for k, v in annotations.items() if _is_bookkeeping(k, v)]:
             dicts.remove(essence, ('metadata', 'annotations', key))
     return essence

@@ -198,6 +198,23 @@ def test_which_storages_keep_everything_in_the_object(storage, expected):
     assert persistence.in_body(storage) is expected
 
 
+class Unhashable(StatusProgressStorage):
+    """A user's storage that compares by value, as some do: it cannot be hashed (nor cached by identity)."""
+
+    def __eq__(self, other):
+        return isinstance(other, Unhashable) and other.field == self.field
+
+    __hash__ = None
+
+
+async def test_a_storage_that_cannot_be_hashed_is_judged_anew_each_time():
+    storage = Unhashable(field='status.my-op.progress')
+    assert persistence.in_body(storage) is True
+    facade = make(storage, {'status': {'my-op': {'progress': {'a': RECORD}}}})
+    assert await facade.stored([A, B]) == [A]
+    assert not await make(Unhashable(field='status.my-op.progress')).holds_any([A, B])
+
+
 # Writing.
 
 async def test_writes_are_collected_and_applied_once_at_commit():
