@@ -279,7 +279,9 @@ async def backlog(api: Api, plane: ControlPlane, framework: Framework, *, scale:
         operator = sidebyside.OperatorProcess(framework, namespace=namespace, kubeconfig=plane.kubeconfig,
                                               log=logs / f'{framework.name}-{figures.phase}.log', options=options)
         try:
-            waiting = sidebyside.wait_handled(tracker, operator, set(names), stall_timeout=options.stall_timeout,
+            # Only the cap: an operator that sends one handler's outcome per PATCH takes the listed objects
+            # round by round, and may have fully handled none of them until its last round.
+            waiting = sidebyside.wait_handled(tracker, operator, set(names), stall_timeout=scale.cap,
                                               what=f"{scale.objects} listed objects to be fully handled")
             try:
                 last = await asyncio.wait_for(waiting, timeout=scale.cap)
