@@ -189,6 +189,34 @@ async def _ready(api: Api, operator: sidebyside.OperatorProcess, tracker: sideby
                                             window=options.quiet_window, timeout=120)
 
 
+def _handling_figures(figures: Figures, counts: apimetrics.Counts, *, objects: int, seconds: float, cpu: float,
+                      idle: procstats.Sample) -> str:
+    """The figures of handling N objects in so many seconds with so much CPU; the other requests, in words."""
+    patches, other, _ = sidebyside.split_requests(counts)
+    figures.values.update({
+        'obj/s': objects / seconds,
+        'PATCH/obj': patches / objects,
+        'other req/obj': sum(other.values()) / objects,
+        'CPU ms/obj': cpu / objects * 1000,
+        'peak RSS MB': idle.hwm / MB,
+        'share of raw PATCH rate': (patches / seconds) / figures.values['raw PATCH/s'],
+        'idle RSS MB': idle.rss / MB,
+    })
+    return ', '.join(f"{k} {v}" for k, v in sorted(other.items()))
+
+
+async def _all_handled(tracker: sidebyside.HandledTracker, operator: sidebyside.OperatorProcess, names: list[str],
+                       *, scale: ScaleOptions, stall_timeout: float, what: str) -> float:
+    """When the last of the objects was fully handled; a failure if not within the cap."""
+    waiting = sidebyside.wait_handled(tracker, operator, set(names), stall_timeout=stall_timeout, what=what)
+    try:
+        return await asyncio.wait_for(waiting, timeout=scale.cap)
+    except asyncio.TimeoutError:
+        done = len(set(names).intersection(tracker.handled))
+        raise BenchmarkError(f"not finished within {scale.cap:.0f}s: {done} of {scale.objects} objects "
+                             f"fully handled by then") from None
+
+
 async def burst(api: Api, plane: ControlPlane, framework: Framework, *, scale: ScaleOptions, handlers: int,
                 namespace: str, logs: Path, figures: Figures, keep: bool
                 ) -> sidebyside.OperatorProcess | None:
@@ -209,14 +237,9 @@ async def burst(api: Api, plane: ControlPlane, framework: Framework, *, scale: S
             started = time.monotonic()
             creation = asyncio.create_task(api.create_objects(namespace, names,
                                                               concurrency=options.create_concurrency))
-            waiting = sidebyside.wait_handled(tracker, operator, set(names), stall_timeout=options.stall_timeout,
-                                              what=f"{scale.objects} objects to be fully handled")
             try:
-                last = await asyncio.wait_for(waiting, timeout=scale.cap)
-            except asyncio.TimeoutError:
-                done = len(set(names).intersection(tracker.handled))
-                raise BenchmarkError(f"not finished within {scale.cap:.0f}s: {done} of {scale.objects} objects "
-                                     f"fully handled by then") from None
+                last = await _all_handled(tracker, operator, names, scale=scale, stall_timeout=options.stall_timeout,
+                                          what=f"{scale.objects} objects to be fully handled")
             finally:
                 if not creation.done():
                     creation.cancel()
@@ -227,22 +250,13 @@ async def burst(api: Api, plane: ControlPlane, framework: Framework, *, scale: S
             after = await api.metrics()
             own = collections.Counter(api.own)
             own.subtract(own_before)
-        counts = apimetrics.delta(apimetrics.delta(after, before), own)
-        patches, other, _ = sidebyside.split_requests(counts)
-        seconds = last - started
+        other = _handling_figures(figures, apimetrics.delta(apimetrics.delta(after, before), own),
+                                  objects=scale.objects, seconds=last - started, cpu=idle.cpu - ready.cpu, idle=idle)
         figures.values.update({
-            'obj/s': scale.objects / seconds,
-            'PATCH/obj': patches / scale.objects,
-            'other req/obj': sum(other.values()) / scale.objects,
-            'CPU ms/obj': (idle.cpu - ready.cpu) / scale.objects * 1000,
-            'peak RSS MB': idle.hwm / MB,
-            'share of raw PATCH rate': (patches / seconds) / figures.values['raw PATCH/s'],
             'ready RSS MB': ready.rss / MB,
-            'idle RSS MB': idle.rss / MB,
             'idle KB/obj': (idle.rss - ready.rss) / 1024 / scale.objects,
         })
-        figures.notes.append(f"{seconds:.0f}s; other requests: "
-                             + ', '.join(f"{k} {v}" for k, v in sorted(other.items())))
+        figures.notes.append(f"{last - started:.0f}s; other requests: {other}")
         if keep:
             return operator
         operator.stop()
@@ -281,14 +295,8 @@ async def backlog(api: Api, plane: ControlPlane, framework: Framework, *, scale:
         try:
             # Only the cap: an operator that sends one handler's outcome per PATCH takes the listed objects
             # round by round, and may have fully handled none of them until its last round.
-            waiting = sidebyside.wait_handled(tracker, operator, set(names), stall_timeout=scale.cap,
-                                              what=f"{scale.objects} listed objects to be fully handled")
-            try:
-                last = await asyncio.wait_for(waiting, timeout=scale.cap)
-            except asyncio.TimeoutError:
-                done = len(set(names).intersection(tracker.handled))
-                raise BenchmarkError(f"not finished within {scale.cap:.0f}s: {done} of {scale.objects} objects "
-                                     f"fully handled by then") from None
+            last = await _all_handled(tracker, operator, names, scale=scale, stall_timeout=scale.cap,
+                                      what=f"{scale.objects} listed objects to be fully handled")
             idle = await sidebyside.wait_until_idle(operator, since=last, settle=options.idle_settle,
                                                     window=options.quiet_window, timeout=600)
             after = await api.metrics()
@@ -296,23 +304,12 @@ async def backlog(api: Api, plane: ControlPlane, framework: Framework, *, scale:
             own.subtract(own_before)
         finally:
             operator.stop()
-    counts = apimetrics.delta(apimetrics.delta(after, before), own)
-    patches, other, _ = sidebyside.split_requests(counts)
-    seconds = last - started
-    figures.values.update({
-        'obj/s': scale.objects / seconds,
-        'PATCH/obj': patches / scale.objects,
-        'other req/obj': sum(other.values()) / scale.objects,
-        'CPU ms/obj': idle.cpu / scale.objects * 1000,
-        'peak RSS MB': idle.hwm / MB,
-        'share of raw PATCH rate': (patches / seconds) / figures.values['raw PATCH/s'],
-        'idle RSS MB': idle.rss / MB,
-    })
+    other = _handling_figures(figures, apimetrics.delta(apimetrics.delta(after, before), own),
+                              objects=scale.objects, seconds=last - started, cpu=idle.cpu, idle=idle)
     calls = operator.handler_calls()
     if calls is not None:
         figures.values['calls/obj'] = calls / scale.objects
-    figures.notes.append(f"{seconds:.0f}s from the start; other requests: "
-                         + ', '.join(f"{k} {v}" for k, v in sorted(other.items())))
+    figures.notes.append(f"{last - started:.0f}s from the start; other requests: {other}")
 
 
 async def restart(api: Api, plane: ControlPlane, framework: Framework, *, scale: ScaleOptions,
