@@ -23,12 +23,10 @@ limited by the API's slots.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
-import functools
-from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 
-from kopf._structs.clocks import SYSTEM_CLOCK, Clock
+from kopf._structs.clocks import SYSTEM_CLOCK, Clock, Timer
 
 MAX_CONCURRENT_REQUESTS = 32
 # How many cycles per request slot may have started and not yet got a slot for their first request.
@@ -38,14 +36,34 @@ ADMISSION_PATIENCE = 1.0
 
 
 class _Admission:
-    """One cycle's admission, given back once: at its first slot, at its end, or when it has taken long."""
+    """
+    One cycle's admission (``async with``), given back once: at its first slot, at its end, or when it has taken long.
 
-    __slots__ = ('_semaphore', 'queued', 'returned')
+    A plain class rather than a generator-based context manager: one is
+    entered for every cycle, also the many quick ones of a restart.
+    """
 
-    def __init__(self, semaphore: asyncio.Semaphore) -> None:
+    __slots__ = ('_clock', '_semaphore', '_timer', '_token', 'queued', 'returned')
+
+    def __init__(self, semaphore: asyncio.Semaphore, clock: Clock) -> None:
         self._semaphore = semaphore
+        self._clock = clock
+        self._timer: Timer | None = None
+        self._token: contextvars.Token[_Admission | None] | None = None
         self.queued = False  # its cycle waits for a slot: it is given back when the slot is got
         self.returned = False
+
+    async def __aenter__(self) -> None:
+        await self._semaphore.acquire()
+        self._timer = self._clock.call_later(ADMISSION_PATIENCE, self.expire)
+        self._token = _CURRENT.set(self)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._token is not None:
+            _CURRENT.reset(self._token)
+        if self._timer is not None:
+            self._timer.cancel()
+        self.give_back()
 
     def give_back(self) -> None:
         if not self.returned:
@@ -84,16 +102,6 @@ class RequestSlots:
     async def __aexit__(self, *exc_info: object) -> None:
         self._semaphore.release()
 
-    @contextlib.asynccontextmanager
-    async def admitted(self, clock: Clock = SYSTEM_CLOCK) -> AsyncIterator[None]:
+    def admitted(self, clock: Clock = SYSTEM_CLOCK) -> AbstractAsyncContextManager[None]:
         """Run one cycle (in this task) with an admission: the cycles before it go first."""
-        await self._admissions.acquire()
-        admission = _Admission(self._admissions)
-        timer = clock.call_later(ADMISSION_PATIENCE, functools.partial(_Admission.expire, admission))
-        token = _CURRENT.set(admission)
-        try:
-            yield
-        finally:
-            _CURRENT.reset(token)
-            timer.cancel()
-            admission.give_back()
+        return _Admission(self._admissions, clock)
