@@ -379,8 +379,8 @@ async def _worker(
         settings: BatchingSettings,
         limiter: asyncio.Semaphore | None,
         gate: Gate | None = None,
+        settled: dict[str, str],
         admission: Admission | None = None,
-        settled: dict[str, str] | None = None,
         probe: QueueProbe = NULL_QUEUE,
         clock: Clock = SYSTEM_CLOCK,
 ) -> None:
@@ -416,7 +416,7 @@ async def _worker(
             return
         if _finished(raw_event, outcome, mailbox):
             return  # a listed object with nothing to do (e.g. on a restart): no worker waits for its changes
-        if settled is not None and _leaves_version(outcome, mailbox):
+        if _leaves_version(outcome, mailbox):
             assert outcome.resource_version is not None
             settled[key] = outcome.resource_version
             return  # its events up to our patch are dropped on arrival, later ones get a new worker
