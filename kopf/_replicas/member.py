@@ -9,6 +9,7 @@ only then publishes the new ring in its own Lease.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 
 from kopf import errors
 from kopf._kube.auth import APIContext
@@ -160,10 +161,11 @@ class Member(Replica):
         self.gate.harden()
         if self.lease is None:
             return
+        def leave(lease: Lease) -> Awaitable[bool]:
+            return leases.delete_lease(lease=lease, context=self.context, timeout=self.timeout)
+
         try:
-            await leases.on_own_lease(self.lease, context=self.context, timeout=self.timeout,
-                                      action=lambda lease: leases.delete_lease(lease=lease, context=self.context,
-                                                                               timeout=self.timeout))
+            await leases.on_own_lease(self.lease, leave, context=self.context, timeout=self.timeout)
         except TRANSIENT as e:
             logger.warning("Cannot delete the member lease %s: %s; the others take over when it expires.",
                            self.settings.member_lease_name, errors.describe(e))
