@@ -42,7 +42,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
-from typing import TypeVar
+from typing import ParamSpec, TypeVar, cast
 
 from kopf._storage import calls, conventions
 from kopf._storage.diffbase import DiffBaseStorage
@@ -295,6 +295,23 @@ async def touch(storage: ProgressStorage, *, body: Body, value: str) -> Patch:
     return patch
 
 
+P = ParamSpec('P')
+T = TypeVar('T')
+
+
+def _per_storage(fn: Callable[P, T]) -> Callable[P, T]:
+    """Find what a storage's make-up tells once per storage (storages are set once, at the start)."""
+    cached = cast(Callable[P, T], functools.lru_cache(maxsize=64)(fn))  # it takes what fn takes
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return cached(*args, **kwargs)
+        except TypeError:  # a custom storage that cannot be hashed
+            return fn(*args, **kwargs)
+    return wrapper
+
+
 def owned_annotations(
         storage: ProgressStorage,
         keys: Iterable[str],
@@ -310,10 +327,7 @@ def owned_annotations(
     """
     if not handler_ids:
         return []
-    try:
-        exact, nested = _cached_record_keys(storage, tuple(handler_ids))
-    except TypeError:  # a custom storage that cannot be hashed
-        exact, nested = _record_keys(storage, tuple(handler_ids))
+    exact, nested = _record_keys(storage, tuple(handler_ids))
     if not exact:
         return []
     owned: list[str] = []
@@ -327,6 +341,7 @@ def owned_annotations(
     return owned
 
 
+@_per_storage
 def _record_keys(
         storage: ProgressStorage,
         handler_ids: tuple[HandlerId, ...],
@@ -343,28 +358,10 @@ def _record_keys(
     return frozenset(exact), tuple(sorted(nested, key=lambda item: (item[0] or '', item[1])))
 
 
-_cached_record_keys = functools.lru_cache(maxsize=64)(_record_keys)
-
 
 def _status_fields(storage: ProgressStorage) -> tuple[dicts.FieldPath, ...]:
     """Where the status storages among this one keep their records."""
     return tuple(child.field for child in _children(storage) if isinstance(child, StatusProgressStorage))
-
-
-T = TypeVar('T')
-
-
-def _per_storage(fn: Callable[[ProgressStorage], T]) -> Callable[[ProgressStorage], T]:
-    """Find what a storage's make-up tells once per storage (storages are set once, at the start)."""
-    cached = functools.lru_cache(maxsize=64)(fn)
-
-    @functools.wraps(fn)
-    def wrapper(storage: ProgressStorage) -> T:
-        try:
-            return cached(storage)
-        except TypeError:  # a custom storage that cannot be hashed
-            return fn(storage)
-    return wrapper
 
 
 _status_fields_of = _per_storage(_status_fields)
