@@ -394,15 +394,16 @@ async def handle_object(
     ``gate`` is a typed resource's: an invalid spec stops the handling here
     (it is reported, once); a valid one is what the handlers get as ``spec``.
     """
+    storage = _persistence(registry, config, resource, body)
+    if await at_rest(registry=registry, config=config, resource=resource, event_type=event_type, body=body,
+                     stages=stages, gate=gate, persistence=storage):
+        logger.debug("Handling cycle for %s: %s.", body.describe(), Reason.NOOP.value)
+        return HandlingResult(patch=Patch(), delay=None, cause=Reason.NOOP.value, done=True)
     if indexes is not None:
         await indexes.ready()
     admission = gate.admit(body, gone=event_type == 'DELETED', logger=logger) if gate is not None else None
     if admission is not None and not admission.admitted:
         return HandlingResult(patch=admission.patch, delay=None, cause='invalid', done=True)
-    storage = Persistence(progress=config.persistence.progress_storage,
-                          diffbase=config.persistence.diffbase_storage,
-                          body=body, extra_fields=registry.get_extra_fields(resource),
-                          handler_ids=selection.all_ids(registry, resource))
     arguments = Arguments(operator=OperatorArguments(logger=logger, memo=memo, config=config, indexes=indexes or {}),
                           object=ObjectArguments(body=body, patch=Patch(admission.patch if admission else {}),
                                                  resource=resolved or resource,
@@ -460,6 +461,51 @@ async def handle_object(
                and _settles(cycle, cause, results=bool(results)))
     return HandlingResult(patch=fitted.patch, delay=delay, cause=cause.reason.value, done=verdict.done,
                           essential=fitted.essential, extras=fitted.extras, fns=tuple(changes.fns), settled=settled)
+
+
+async def at_rest(
+        *,
+        registry: OperatorRegistry,
+        config: OperatorConfig,
+        resource: ResourceKey,
+        event_type: str | None,
+        body: Body,
+        stages: Sequence[Stage] = STAGES,
+        gate: Gate | None = None,
+        persistence: Persistence | None = None,
+) -> bool:
+    """
+    Whether a cycle of this event would be a ``NOOP`` with nothing to tidy up: known before any of it is made.
+
+    So it is when the object is exactly as last handled and holds no
+    progress (:meth:`~kopf._storage.persistence.Persistence.at_rest`), is not
+    being deleted, and has our finalizer if and only if every object of the
+    resource needs it -- for resources where nothing else can act: no event
+    handlers, daemons or timers (they see every event), no resume handlers
+    (a first sight resumes), no typed spec to check, and a handler of changes
+    without filters (so that no filter decides per object). A restart over
+    many handled objects costs this much per object, and so does an event
+    that changes only what no handler looks at (e.g. another controller's
+    status). ``persistence``: the cycle's, to share its reads (else one is made).
+    """
+    if event_type == 'DELETED' or gate is not None or any(stage is not run_event_handlers for stage in stages):
+        return False
+    if (registry.get_watching_handlers(resource) or selection.resume_ids(registry, resource)
+            or not selection.selects_every_object(registry, resource)):
+        return False
+    need = selection.finalizer_need(registry, resource)  # None with daemons or timers, too
+    finalizer = config.persistence.finalizer
+    if need is None or finalizers.is_deletion_ongoing(body) or finalizers.is_deletion_blocked(body, finalizer) != need:
+        return False
+    persistence = persistence if persistence is not None else _persistence(registry, config, resource, body)
+    return await persistence.at_rest()
+
+
+def _persistence(registry: OperatorRegistry, config: OperatorConfig, resource: ResourceKey, body: Body) -> Persistence:
+    """The cycle's view of the storages for the object."""
+    return Persistence(progress=config.persistence.progress_storage, diffbase=config.persistence.diffbase_storage,
+                       body=body, extra_fields=registry.get_extra_fields(resource),
+                       handler_ids=selection.all_ids(registry, resource))
 
 
 def _settles(cycle: _Cycle, cause: Cause, *, results: bool) -> bool:

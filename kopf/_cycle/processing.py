@@ -46,6 +46,7 @@ from kopf._cycle import cycle, failures
 from kopf._cycle.queueing import ProcessingOutcome, event_key
 from kopf._handlers import execution
 from kopf._handlers.loggers import ObjectLogger
+from kopf._handlers.reasons import Reason
 from kopf._handlers.registries import OperatorRegistry
 from kopf._kube import fetching, patching
 from kopf._kube.auth import APIContext
@@ -144,6 +145,34 @@ async def process_event(watch: ResourceWatch, raw_event: RawEvent, woken_up: boo
             return _failed(watch, key=key, body=body, error=e, attempted=attempted, logger=logger)
         finally:
             execution.attempted.reset(token)
+
+
+async def at_rest(watch: ResourceWatch, raw_event: RawEvent) -> bool:
+    """
+    Whether an object needs no cycle for this event at all (see :func:`~kopf._cycle.cycle.at_rest`).
+
+    For a listed object without a worker: on a restart over many handled
+    objects, this is all that each of them costs (no worker, no cycle).
+    What a cycle would do to it all the same is done here: it is seen (which
+    fixes its memo), and the cycle is recorded, as a ``NOOP``. Never fails:
+    whatever fails here is left to the cycle, which reports it.
+    """
+    key = event_key(raw_event)
+    if key in watch.unsent:
+        return False  # a patch of an earlier cycle is to be sent
+    body = Body(raw_event['object'])
+    try:
+        if not await cycle.at_rest(registry=watch.registry, config=watch.config, resource=watch.resource,
+                                   event_type=raw_event.get('type'), body=body, stages=watch.stages, gate=watch.gate):
+            return False
+    except Exception:
+        return False  # e.g. a storage that fails: the cycle reports it, with the object
+    with recording.current().cycle(watch.resource, body.raw, raw_event.get('type')):
+        if key not in watch.seen:
+            watch.memos.seen(key)
+            watch.seen.add(key)
+        recording.current().caused(Reason.NOOP.value, None)
+    return True
 
 
 async def _process(

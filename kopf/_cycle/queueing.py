@@ -147,11 +147,15 @@ async def watch_objects(
         admission: Admission | None = None,
         probe: QueueProbe = NULL_QUEUE,
         clock: Clock = SYSTEM_CLOCK,
+        at_rest: Callable[[RawEvent], Awaitable[bool]] | None = None,
 ) -> None:
     """
     Route every event of a stream to its object's worker until the stream ends.
 
     ``probe`` observes the queue; every cycle runs inside ``admission`` if given.
+    A listed object without a worker gets none if ``at_rest`` says that it
+    needs no cycle: asked as it comes, before the next one is read (for the
+    objects of a restart, it is cheaper than a worker).
     """
     mailboxes: dict[str, _Mailbox] = {}
     settled: dict[str, str] = {}  # by object: the version of our concluding patch, whose worker has ended
@@ -174,6 +178,9 @@ async def watch_objects(
                 await backlog.below(LISTING_BACKLOG // 2)
             mailbox = mailboxes.get(key)
             if mailbox is None or mailbox.task is None or mailbox.task.done():
+                if at_rest is not None and raw_event.get('type') is None and await at_rest(raw_event):
+                    del raw_event, mailbox
+                    continue  # a listed object that needs no cycle: it needs no worker either
                 mailbox = mailboxes[key] = _Mailbox(backlog)
                 mailbox.task = asyncio.create_task(
                     _worker(key, mailbox=mailbox, processor=processor, settings=settings, limiter=limiter,

@@ -131,10 +131,9 @@ def selects(
     counts as interested here: the handler's own selection reports it, and
     skips the handler.
     """
+    if selects_every_object(registry, resource):
+        return True  # nothing to ask
     handlers = registry.get_all_changing_handlers(resource)
-    if any(not handler.labels and not handler.annotations and handler.when is None
-           and (not handler.field or handler.watches_change) for handler in handlers):
-        return True  # a handler without filters selects every object: nothing to ask
     changed = Reason.CREATE if essences.old is None else Reason.UPDATE
     views: dict[Reason, Arguments] = {}
     for handler in handlers:
@@ -149,6 +148,33 @@ def selects(
         except Exception:
             return True
     return False
+
+
+def selects_every_object(registry: OperatorRegistry, resource: ResourceKey) -> bool:
+    """Whether a handler of changes has no filters that look at the object: then it selects every object."""
+    return any(_unfiltered(handler, field_checked=not handler.watches_change)
+               for handler in registry.changing.serving(resource))
+
+
+def finalizer_need(registry: OperatorRegistry, resource: ResourceKey) -> bool | None:
+    """
+    Whether every object of the resource needs our finalizer (``True``), none does (``False``), or it depends.
+
+    It depends on the object (``None``) where only filters decide it (see
+    :func:`requires_finalizer`), and wherever daemons or timers are there.
+    """
+    if registry.has_spawning_handlers(resource):
+        return None
+    deleters = [handler for handler in registry.get_changing_handlers(resource, Reason.DELETE) if not handler.optional]
+    if not deleters:
+        return False
+    return True if any(_unfiltered(handler, field_checked=True) for handler in deleters) else None
+
+
+def _unfiltered(handler: ChangingHandler, *, field_checked: bool) -> bool:
+    """Whether a handler accepts every object: no labels, annotations or ``when=``, no field whose value counts."""
+    return (not handler.labels and not handler.annotations and handler.when is None
+            and not (handler.field and field_checked))
 
 
 def resume_ids(registry: OperatorRegistry, resource: ResourceKey, *, deleted: bool = False) -> list[HandlerId]:

@@ -664,7 +664,8 @@ async def _handle_stream(
         return
     await queueing.watch_objects(stream=stream, processor=functools.partial(processing.process_event, watch),
                                  settings=watch.config.batching, gate=gate, admission=watch.context.slots,
-                                 probe=recording.current().queue(watch.resource, gate))
+                                 probe=recording.current().queue(watch.resource, gate),
+                                 at_rest=functools.partial(processing.at_rest, watch))
 
 
 async def _post(context: APIContext, settings: PostingConfig, item: posting.K8sEvent) -> None:

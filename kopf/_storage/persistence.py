@@ -70,7 +70,7 @@ class Essences:
 
 
 class _Absent:
-    """Nothing is to be done about the touch marker in this cycle."""
+    """Not there at all (unlike ``None``): no wish about the touch marker yet, or no essence read yet."""
 
 
 _ABSENT = _Absent()
@@ -95,6 +95,9 @@ class Persistence:
         self.handler_ids = tuple(handler_ids)
         self.patch = Patch()
         self._essences: Essences | None = None
+        # The stored and the current essence as the diff-base storage gives them (each read once).
+        self._stored: Essence | _Absent | None = _ABSENT
+        self._current: Essence | None = None
         self._records: dict[HandlerId, ProgressRecord | None] = {}
         self._writes: dict[HandlerId, ProgressRecord | None] = {}  # None means: purge
         self._touch: str | _Absent | None = _ABSENT
@@ -108,14 +111,41 @@ class Persistence:
     async def essences(self) -> Essences:
         """The essences of the object, computed once per cycle."""
         if self._essences is None:
-            new: Essence = await calls.call(self.diffbase.build, body=self.body,
-                                            extra_fields=list(self.extra_fields) or None)
+            old, new = await self._stored_essence(), await self._current_essence()
+            self._stored, self._current = _ABSENT, None  # changed below: not to be given out again
             new = self._untraced(await calls.call(self.progress.clear, essence=new))
-            old: Essence | None = await calls.call(self.diffbase.fetch, body=self.body)
             if old is not None:
                 old = self._untraced(await calls.call(self.progress.clear, essence=dicts.copy_json(old)))
             self._essences = Essences(old=old, new=new, diff=diffs.diff(old, new))
         return self._essences
+
+    async def at_rest(self) -> bool:
+        """
+        Whether the object is exactly as last handled and holds no progress: a cycle would find nothing to do.
+
+        Decided on the essences as the diff-base storage gives them, before
+        the progress storage's traces are removed from them: equal so, they
+        are equal without the traces too; unequal, :meth:`essences` decides
+        (from the same reads). Storages that keep progress outside of the
+        object cannot be judged from it: never at rest here.
+        """
+        if not self._in_body:
+            return False
+        old = await self._stored_essence()
+        if old is None or not await self._holds_nothing():
+            return False
+        return old == await self._current_essence()
+
+    async def _stored_essence(self) -> Essence | None:
+        if isinstance(self._stored, _Absent):
+            self._stored = await calls.call(self.diffbase.fetch, body=self.body)
+        return self._stored
+
+    async def _current_essence(self) -> Essence:
+        if self._current is None:
+            self._current = await calls.call(self.diffbase.build, body=self.body,
+                                             extra_fields=list(self.extra_fields) or None)
+        return self._current
 
     async def fetch(self, ids: Iterable[HandlerId]) -> dict[HandlerId, ProgressRecord | None]:
         """
@@ -238,6 +268,7 @@ class Persistence:
         """
         self.body = body
         self._empty = None
+        self._stored, self._current = _ABSENT, None
 
     def forget(self, key: HandlerId) -> None:
         """Purge the record at commit (if there can be one)."""

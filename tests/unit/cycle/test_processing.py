@@ -24,7 +24,7 @@ from kopf._handlers import execution
 from kopf._handlers.registries import OperatorRegistry
 from kopf._indexing.indexing import OperatorIndexes
 from kopf._observability import metrics, recording
-from kopf._storage.progress import ProgressStorage
+from kopf._storage.progress import AnnotationsProgressStorage, ProgressStorage
 from kopf._structs import dormancy
 from kopf._structs.bodies import Body
 from kopf._structs.patches import Patch
@@ -834,3 +834,50 @@ async def test_a_refused_patch_is_recorded_as_rejected(aresponses, host, watch, 
     outcomes = {'resource': 'kopfexamples.kopf.dev'}
     assert recorder.registry.get_sample_value('kopf_patch_outcomes_total', {**outcomes, 'outcome': 'rejected'}) == 1
     assert recorder.registry.get_sample_value('kopf_patch_outcomes_total', {**outcomes, 'outcome': 'sent'}) == 1
+
+
+HANDLED = {'kopf.zalando.org/last-handled-configuration': '{"spec":{}}'}  # as raw() is now
+
+
+def with_create_handler(watch):
+    kopf.on.create('kopfexamples', registry=watch.registry)(lambda **_: None)
+    return watch
+
+
+async def test_a_listed_object_at_rest_is_seen_and_recorded_as_a_noop_cycle(watch):
+    with_create_handler(watch)
+    with recorded() as recorder:
+        assert await processing.at_rest(watch, {'type': None, 'object': raw(annotations=HANDLED)})
+    assert 'u' in watch.seen  # its next event is not its first sight
+    label = {'resource': 'kopfexamples.kopf.dev'}
+    assert recorder.registry.get_sample_value('kopf_cycles_total', {**label, 'cause': 'noop'}) == 1
+
+
+async def test_a_listed_object_that_needs_a_cycle_is_left_to_it(watch):
+    with_create_handler(watch)
+    assert not await processing.at_rest(watch, {'type': None, 'object': raw()})  # never handled
+    assert 'u' not in watch.seen
+
+
+async def test_an_object_with_a_patch_to_send_is_never_at_rest(watch):
+    with_create_handler(watch)
+    watch.unsent['u'] = processing.Unsent(patch=Patch({'metadata': {'annotations': {'x': 'y'}}}), delay=None,
+                                          essential=None, extras=())
+    assert not await processing.at_rest(watch, {'type': None, 'object': raw(annotations=HANDLED)})
+
+
+async def test_a_failure_while_judging_is_left_to_the_cycle_which_reports_it(context, caplog):
+    class Broken(AnnotationsProgressStorage):
+        def clear(self, **_):
+            raise RuntimeError("storage down")
+
+    config = OperatorConfig()
+    config.persistence.progress_storage = Broken()
+    watch = with_create_handler(processing.ResourceWatch(
+        context=context, resource=RESOURCE, selector=Selector.from_args('kopfexamples'),
+        registry=OperatorRegistry(), config=config, memo=None))
+    with caplog.at_level(logging.ERROR):
+        assert not await processing.at_rest(watch, {'type': None, 'object': raw(annotations=HANDLED)})
+        outcome = await processing.process_event(watch, {'type': None, 'object': raw(annotations=HANDLED)}, False)
+    assert outcome.delay == processing.FAILURE_DELAY
+    assert 'storage down' in caplog.text

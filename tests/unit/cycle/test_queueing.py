@@ -558,6 +558,45 @@ async def test_a_listed_object_with_nothing_to_do_ends_its_worker_at_once(clock)
     assert probe.ended == {'a': 0, 'b': 5.25}
 
 
+async def test_a_listed_object_at_rest_gets_no_worker_and_no_cycle(clock):
+    probe = TimedProbe(clock)
+    seen, asked = [], []
+
+    async def processor(raw_event, woken_up):
+        seen.append(event_key(raw_event))
+        return ProcessingOutcome()
+
+    async def at_rest(raw_event):
+        asked.append(event_key(raw_event))
+        return event_key(raw_event) == 'a'
+
+    events = [listed('a', 1), listed('b', 1), event('c', 1)]
+    await watch_objects(clock, stream=feed(clock, events, hold=1), processor=processor, at_rest=at_rest,
+                        settings=Settings(exit_timeout=0.1), probe=probe)
+    assert asked == ['a', 'b']  # listed objects only: a watched event always has a worker
+    assert seen == ['b', 'c']
+    assert 'a' not in probe.ended  # no worker was started for it
+
+
+async def test_a_listed_object_with_a_worker_goes_to_its_worker_whatever_it_looks_like(clock):
+    seen, asked = [], []
+
+    async def processor(raw_event, woken_up):
+        seen.append(raw_event['object']['metadata']['resourceVersion'])
+        return ProcessingOutcome(delay=1.0 if len(seen) == 1 else None)
+
+    async def at_rest(raw_event):
+        asked.append(raw_event['object']['metadata']['resourceVersion'])
+        return True
+
+    # The first event's worker waits for its delay when the object is listed again: the worker takes it.
+    events = [event('a', 1), 0.5, listed('a', 2)]
+    await watch_objects(clock, stream=feed(clock, events, hold=3), processor=processor, at_rest=at_rest,
+                        settings=Settings(exit_timeout=0.1))
+    assert asked == []
+    assert seen == ['1', '2']
+
+
 async def test_a_listed_object_keeps_its_worker_while_something_is_due(clock):
     probe = TimedProbe(clock)
     calls = []

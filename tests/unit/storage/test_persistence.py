@@ -110,6 +110,59 @@ async def test_essences_are_computed_once():
     assert storage.calls['clear'] == 2  # the new and the old essence, once each
 
 
+class CountingDiffBase(AnnotationsDiffBaseStorage):
+    def __init__(self):
+        super().__init__()
+        self.calls = collections.Counter()
+
+    def fetch(self, **kwargs):
+        self.calls['fetch'] += 1
+        return super().fetch(**kwargs)
+
+    def build(self, **kwargs):
+        self.calls['build'] += 1
+        return super().build(**kwargs)
+
+
+HANDLED = {'metadata': {'name': 'n', 'annotations': {
+    'user': 'u', 'kopf.zalando.org/last-handled-configuration': '{"metadata":{"annotations":{"user":"u"}},'
+                                                              '"spec":{"x":1}}'}}, 'spec': {'x': 1}}
+
+
+async def test_an_object_as_last_handled_without_records_is_at_rest():
+    diffbase = CountingDiffBase()
+    facade = Persistence(progress=Counting(), diffbase=diffbase, body=Body(HANDLED))
+    assert await facade.at_rest()
+    essences = await facade.essences()  # from the same reads
+    assert not essences.diff and essences.old == essences.new == {'metadata': {'annotations': {'user': 'u'}},
+                                                                  'spec': {'x': 1}}
+    assert diffbase.calls == {'fetch': 1, 'build': 1}
+
+
+@pytest.mark.parametrize('raw', [
+    pytest.param({**HANDLED, 'spec': {'x': 2}}, id='changed'),
+    pytest.param({'metadata': {'name': 'n'}, 'spec': {'x': 1}}, id='never-handled'),
+    pytest.param({**HANDLED, 'metadata': {**HANDLED['metadata'], 'annotations': {
+        **HANDLED['metadata']['annotations'], 'kopf.zalando.org/a': json.dumps(RECORD)}}}, id='with-a-record'),
+    pytest.param({**HANDLED, 'status': {'kopf': {'progress': {'a': RECORD}}}}, id='with-a-legacy-record'),
+    pytest.param({**HANDLED, 'metadata': {**HANDLED['metadata'], 'annotations': {
+        **HANDLED['metadata']['annotations'], 'kopf.zalando.org/touch-dummy': 'x'}}}, id='touched'),
+])
+async def test_an_object_changed_or_with_progress_is_not_at_rest(raw):
+    diffbase = CountingDiffBase()
+    facade = Persistence(progress=Counting(), diffbase=diffbase, body=Body(raw), handler_ids=[A])
+    assert not await facade.at_rest()
+    await facade.essences()
+    assert diffbase.calls['fetch'] == 1 and diffbase.calls['build'] <= 1  # read once, also when it is not at rest
+
+
+async def test_a_storage_outside_of_the_object_is_never_at_rest():
+    storage = External()
+    facade = Persistence(progress=storage, diffbase=AnnotationsDiffBaseStorage(), body=Body(HANDLED))
+    assert not await facade.at_rest()
+    assert storage.calls == {}  # not even asked: it cannot tell from the object
+
+
 async def test_an_object_without_records_is_read_without_fetching():
     storage = Counting()
     facade = make(storage)
