@@ -7,6 +7,7 @@ handles looks the same whether it came from a listing or from a watch.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -50,48 +51,61 @@ async def list_pages(
     The objects of a resource page by page (in a namespace, or cluster-wide for ``None``).
 
     With a ``limit``, the objects come in pages of that size (``limit`` /
-    ``continue``): the next page is requested only when the caller asks for
-    it, so a caller that handles a page before asking for the next one never
-    holds more than a page of a big listing. All pages are one consistent
-    snapshot. A continue token expires if the listing takes too long (``410
-    Gone``); the listing then starts over from the first page, which is
-    marked ``restarted``.
+    ``continue``). The next page is requested as a page is handed out, so
+    that the server prepares it while the caller handles this one; it is
+    handed out only when the caller asks for it, so a caller that handles a
+    page before asking for the next one never holds more than two pages of a
+    big listing. All pages are one consistent snapshot. A continue token
+    expires if the listing takes too long (``410 Gone``); the listing then
+    starts over from the first page, which is marked ``restarted``.
     """
     log: Logger = logger if logger is not None else logging.getLogger(__name__)
     url = resource.get_url(server=context.server, namespace=namespace)
+
+    async def page(token: str | None) -> Any:
+        params: dict[str, ParamValue] = {'limit': limit or None, 'continue': token}
+        return await context.request('GET', url, params=params)
+
     token: str | None = None
     restarts = 0
     listed = 0
     restarted = False
-    while True:
-        params: dict[str, ParamValue] = {'limit': limit or None, 'continue': token}
-        try:
-            document = await context.request('GET', url, params=params)
-        except APIGoneError:
-            if token is None or restarts >= MAX_LIST_RESTARTS:
-                raise
-            restarts += 1
-            log.info("The continue token of the listing of %s has expired after %d objects; "
-                     "listing again from the start.", resource, listed)
-            token, listed, restarted = None, 0, True
-            continue
-        document = document if isinstance(document, dict) else {}
-        items = [item for item in document.get('items') or [] if isinstance(item, dict)]
-        for item in items:
-            _fill_type(item, resource)
-        listed += len(items)
-        metadata = document.get('metadata') or {}
-        token = metadata.get('continue') or None
-        del document  # the caller's page is all that is kept of it
-        if token is None:
-            resource_version = str(metadata.get('resourceVersion') or '')
-            if not resource_version:  # nothing to watch from: the whole listing is asked for again
-                raise APIMalformedResponseError(f"The listing of {resource} has no resourceVersion to watch from",
-                                                status=200)
-            yield ListPage(items, restarted=restarted, resource_version=resource_version)
-            return
-        yield ListPage(items, restarted=restarted)
-        restarted = False
+    upcoming: asyncio.Task[Any] | None = None  # the next page, requested while the caller handles this one
+    try:
+        while True:
+            try:
+                document = await (upcoming if upcoming is not None else page(token))
+            except APIGoneError:
+                if token is None or restarts >= MAX_LIST_RESTARTS:
+                    raise
+                restarts += 1
+                log.info("The continue token of the listing of %s has expired after %d objects; "
+                         "listing again from the start.", resource, listed)
+                token, listed, restarted = None, 0, True
+                continue
+            finally:
+                upcoming = None
+            document = document if isinstance(document, dict) else {}
+            items = [item for item in document.get('items') or [] if isinstance(item, dict)]
+            for item in items:
+                _fill_type(item, resource)
+            listed += len(items)
+            metadata = document.get('metadata') or {}
+            token = metadata.get('continue') or None
+            del document  # the caller's page is all that is kept of it
+            if token is None:
+                resource_version = str(metadata.get('resourceVersion') or '')
+                if not resource_version:  # nothing to watch from: the whole listing is asked for again
+                    raise APIMalformedResponseError(f"The listing of {resource} has no resourceVersion to watch from",
+                                                    status=200)
+                yield ListPage(items, restarted=restarted, resource_version=resource_version)
+                return
+            upcoming = asyncio.create_task(page(token), name=f"listing of {resource}")
+            yield ListPage(items, restarted=restarted)
+            restarted = False
+    finally:
+        if upcoming is not None:  # the caller has stopped listing: the next page is not wanted
+            upcoming.cancel()  # if it has failed already, its failure is not reported either
 
 
 async def list_objs(

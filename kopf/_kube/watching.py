@@ -115,7 +115,7 @@ async def infinite_watch(
     while not stopper.is_set():
         try:
             if tracker.resource_version is None and tracker.known is None:
-                # The first listing: page by page, each handed out before the next one is requested.
+                # The first listing: page by page, the next one requested while this one is handled.
                 tracker.start_streaming()
                 pages = list_pages(context=context, resource=resource, namespace=namespace,
                                    limit=settings.list_limit, logger=log)

@@ -1,12 +1,16 @@
+import asyncio
+import gc
 import json
 import logging
 
 import pytest
+from aiohttp import web
 
 from kopf._kube import fetching
 from kopf._kube.errors import APIForbiddenError, APIGoneError
 from kopf._kube.fetching import list_objs, read_obj
 from kopf._structs.resources import Resource
+from tests.unit.conftest import until
 
 KEX = Resource('kopf.dev', 'v1', 'kopfexamples', 'KopfExample', namespaced=True)
 NAMESPACES = Resource('', 'v1', 'namespaces', 'Namespace', namespaced=False)
@@ -96,6 +100,62 @@ async def test_pages_are_listed_with_limit_and_continue(context, aresponses, hos
     assert resource_version == '100'
     assert [dict(r.query) for r in history()] == [{'limit': '2'}, {'limit': '2', 'continue': 't1'},
                                                  {'limit': '2', 'continue': 't2'}]
+
+
+async def test_the_next_page_is_requested_while_the_caller_handles_this_one(context, aresponses, host, history):
+    path = '/apis/kopf.dev/v1/kopfexamples'
+    aresponses.add(host, path, 'GET', page('a', token='t1'))
+    aresponses.add(host, path, 'GET', page('b', token='t2'))
+    aresponses.add(host, path, 'GET', page('c'))
+    pages = fetching.list_pages(context=context, resource=KEX, namespace=None, limit=1)
+    first = await anext(pages)
+    assert [item['metadata']['name'] for item in first.items] == ['a']
+    await until(lambda: len(history()) == 2)  # not asked for yet: requested while 'a' is handled
+    second = await anext(pages)
+    assert [item['metadata']['name'] for item in second.items] == ['b']
+    await until(lambda: len(history()) == 3)
+    last = await anext(pages)
+    assert last.resource_version == '100'
+    assert [r.query.get('continue') for r in history()] == [None, 't1', 't2']
+    await pages.aclose()
+
+
+def requested_ahead():
+    return [task for task in asyncio.all_tasks() if task.get_name().startswith('listing of')]
+
+
+async def test_a_listing_that_is_left_cancels_the_page_requested_ahead(context, aresponses, host):
+    path = '/apis/kopf.dev/v1/kopfexamples'
+    release = asyncio.Event()
+
+    async def slow(request):
+        await release.wait()
+        return web.json_response(page('b'))
+    aresponses.add(host, path, 'GET', page('a', token='t1'))
+    aresponses.add(host, path, 'GET', slow)
+    pages = fetching.list_pages(context=context, resource=KEX, namespace=None, limit=1)
+    await anext(pages)
+    [ahead] = requested_ahead()
+    await pages.aclose()
+    await until(ahead.done)
+    assert ahead.cancelled()
+    release.set()
+
+
+async def test_a_failure_of_a_page_that_nobody_asks_for_goes_unreported(context, aresponses, host, caplog):
+    path = '/apis/kopf.dev/v1/kopfexamples'
+    aresponses.add(host, path, 'GET', page('a', token='t1'))
+    aresponses.add(host, path, 'GET', aresponses.Response(status=410, content_type='application/json',
+                                                          text=json.dumps(expired())))
+    pages = fetching.list_pages(context=context, resource=KEX, namespace=None, limit=1)
+    await anext(pages)
+    [ahead] = requested_ahead()
+    await until(ahead.done)  # failed (410) before the caller asked for it; the caller leaves
+    await pages.aclose()
+    del ahead
+    with caplog.at_level(logging.ERROR, logger='asyncio'):
+        gc.collect()
+    assert 'never retrieved' not in caplog.text
 
 
 async def test_without_a_limit_there_is_one_request(context, aresponses, host, history):
