@@ -37,6 +37,7 @@ import asyncio
 import dataclasses
 import functools
 import json
+import logging
 from collections.abc import Mapping, MutableSet, Sequence
 from typing import Any
 
@@ -172,7 +173,12 @@ async def at_rest(watch: ResourceWatch, raw_event: RawEvent) -> bool:
             watch.memos.seen(key)
             watch.seen.add(key)
         recording.current().caused(Reason.NOOP.value, None)
+    if _OBJECTS_LOGGER.isEnabledFor(logging.DEBUG):  # a logger per object costs more than the rest of this
+        ObjectLogger(body=body).debug("Handling cycle for %s: %s.", body.describe(), Reason.NOOP.value)
     return True
+
+
+_OBJECTS_LOGGER = logging.getLogger('kopf.objects')
 
 
 async def _process(

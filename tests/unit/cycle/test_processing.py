@@ -853,6 +853,13 @@ async def test_a_listed_object_at_rest_is_seen_and_recorded_as_a_noop_cycle(watc
     assert recorder.registry.get_sample_value('kopf_cycles_total', {**label, 'cause': 'noop'}) == 1
 
 
+async def test_a_listed_object_at_rest_is_logged_as_a_noop_cycle_when_verbose(watch, caplog):
+    with_create_handler(watch)
+    with caplog.at_level(logging.DEBUG, logger='kopf.objects'):
+        assert await processing.at_rest(watch, {'type': None, 'object': raw(annotations=HANDLED)})
+    assert caplog.messages == ["Handling cycle for KopfExample ns/ex: noop."]
+
+
 async def test_a_listed_object_that_needs_a_cycle_is_left_to_it(watch):
     with_create_handler(watch)
     assert not await processing.at_rest(watch, {'type': None, 'object': raw()})  # never handled
