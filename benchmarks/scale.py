@@ -66,6 +66,7 @@ if str(REPO) not in sys.path:
 
 from benchmarks import apimetrics, peers, procstats, sidebyside  # noqa: E402
 from benchmarks.sidebyside import GROUP, PLURAL, VERSION, Api, BenchmarkError, Framework  # noqa: E402
+from kopf._testkit import processes  # noqa: E402
 from kopf.testing import ControlPlane, ControlPlaneError  # noqa: E402
 
 MB = 1024 * 1024
@@ -87,6 +88,7 @@ class ScaleOptions:
     json_path: Path | None = None
     logs: Path | None = None
     ours: Path = REPO
+    pin: bool = False  # the API server and etcd on one CPU, the operator (and this client) on the other
 
 
 @dataclasses.dataclass
@@ -477,9 +479,32 @@ async def chain(api: Api, plane: ControlPlane, framework: Framework, *, scale: S
 # The whole benchmark and its table
 # --------------------------------------------------------------------------------------------- #
 
+SERVER_CPUS, OPERATOR_CPUS = {0}, {1}  # with --pin
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of a process onto these CPUs (the threads and processes it makes later inherit it)."""
+    for task in Path(f'/proc/{pid}/task').iterdir():
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(int(task.name), cpus)
+
+
+def _pin_apart(plane: ControlPlane) -> None:
+    """The server on a CPU of its own; this client, and the operators it starts from now on, on the other."""
+    if (os.cpu_count() or 1) < 2:
+        raise BenchmarkError("--pin needs two CPUs at least.")
+    assert plane.workdir is not None
+    record = processes.read_pidfile(plane.workdir) or {}
+    for child in record.get('children', {}).values():
+        pin(int(child['pid']), SERVER_CPUS)
+    pin(os.getpid(), OPERATOR_CPUS)
+
+
 async def _phase(scale: ScaleOptions, framework: Framework, phase: str, logs: Path) -> list[Figures]:
     plane = await asyncio.to_thread(ControlPlane().start)
     api = Api(plane.server, plane.ssl_context())
+    if scale.pin:
+        _pin_apart(plane)
     try:
         await asyncio.to_thread(sidebyside._apply_crd, plane)
         if phase == 'chain':
@@ -501,6 +526,8 @@ async def _phase(scale: ScaleOptions, framework: Framework, phase: str, logs: Pa
         sidebyside._kill_all_live()
         await api.close()
         await asyncio.to_thread(plane.stop)
+        if scale.pin:
+            pin(os.getpid(), set(range(os.cpu_count() or 1)))
 
 
 TARGETS: dict[tuple[str, str], tuple[str, float]] = {
@@ -613,16 +640,21 @@ def parse_args(argv: Sequence[str] | None = None) -> ScaleOptions:
     parser.add_argument('--json', type=Path)
     parser.add_argument('--logs', type=Path)
     parser.add_argument('--ours', type=Path, default=REPO)
+    parser.add_argument('--pin', action='store_true',
+                        help="the API server and etcd on CPU 0, the operator and this client on CPU 1: "
+                             "what the operator costs the server when they do not share CPUs")
     args = parser.parse_args(argv)
     return ScaleOptions(objects=args.objects, frameworks=(args.only,) if args.only else ('ours', 'kopf'),
                         phases=tuple(args.phases.split(',')), steady_rate=args.steady_rate,
                         steady_seconds=args.steady_seconds, restarts=max(1, args.restarts), cap=args.cap,
-                        events=not args.no_events, json_path=args.json, logs=args.logs, ours=args.ours.resolve())
+                        events=not args.no_events, json_path=args.json, logs=args.logs, ours=args.ours.resolve(),
+                        pin=args.pin)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     scale = parse_args(argv)
-    print(f"Scale: {scale.objects} objects, {', '.join(scale.frameworks)}, phases {', '.join(scale.phases)}; "
+    print(f"Scale: {scale.objects} objects, {', '.join(scale.frameworks)}, phases {', '.join(scale.phases)}"
+          f"{' (server and operator pinned to CPUs of their own)' if scale.pin else ''}; "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()}")
     try:
         results = asyncio.run(benchmark(scale))
