@@ -45,7 +45,12 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, 
 from typing import ParamSpec, TypeVar, cast
 
 from kopf._storage import calls, conventions
-from kopf._storage.diffbase import DiffBaseStorage
+from kopf._storage.diffbase import (
+    AnnotationsDiffBaseStorage,
+    DiffBaseStorage,
+    MultiDiffBaseStorage,
+    StatusDiffBaseStorage,
+)
 from kopf._storage.progress import (
     AnnotationsProgressStorage,
     MultiProgressStorage,
@@ -127,9 +132,11 @@ class Persistence:
         the progress storage's traces are removed from them: equal so, they
         are equal without the traces too; unequal, :meth:`essences` decides
         (from the same reads). Storages that keep progress outside of the
-        object cannot be judged from it: never at rest here.
+        object cannot be judged from it, and storages that keep essences
+        outside of it are not asked here (a restart asks about every listed
+        object, one after another): never at rest here.
         """
-        if not self._in_body:
+        if not self._in_body or not essence_in_body(self.diffbase):
             return False
         old = await self._stored_essence()
         if old is None or not await self._holds_nothing():
@@ -405,6 +412,14 @@ def _children(storage: ProgressStorage) -> Iterable[ProgressStorage]:
             yield from _children(child)
     else:
         yield storage
+
+
+@_per_storage
+def essence_in_body(storage: DiffBaseStorage) -> bool:
+    """Whether a diff-base storage keeps the essence in the object itself (so that reading it costs no request)."""
+    if isinstance(storage, MultiDiffBaseStorage):
+        return all(essence_in_body(child) for child in storage.storages)
+    return isinstance(storage, (AnnotationsDiffBaseStorage, StatusDiffBaseStorage))
 
 
 @_per_storage

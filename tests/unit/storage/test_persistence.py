@@ -7,7 +7,7 @@ import json
 import pytest
 
 from kopf._storage import persistence
-from kopf._storage.diffbase import AnnotationsDiffBaseStorage
+from kopf._storage.diffbase import AnnotationsDiffBaseStorage, DiffBaseStorage, MultiDiffBaseStorage
 from kopf._storage.persistence import Persistence
 from kopf._storage.progress import (
     AnnotationsProgressStorage,
@@ -161,6 +161,26 @@ async def test_a_storage_outside_of_the_object_is_never_at_rest():
     facade = Persistence(progress=storage, diffbase=AnnotationsDiffBaseStorage(), body=Body(HANDLED))
     assert not await facade.at_rest()
     assert storage.calls == {}  # not even asked: it cannot tell from the object
+
+
+async def test_a_diffbase_outside_of_the_object_is_not_asked_whether_at_rest():
+    class Elsewhere(DiffBaseStorage):
+        def __init__(self):
+            super().__init__()
+            self.fetched = 0
+
+        async def fetch(self, *, body):
+            self.fetched += 1
+            return {'metadata': {'annotations': {'user': 'u'}}, 'spec': {'x': 1}}
+
+        async def store(self, *, body, patch, essence):
+            pass
+
+    elsewhere = Elsewhere()
+    facade = Persistence(progress=Counting(), diffbase=MultiDiffBaseStorage([AnnotationsDiffBaseStorage(), elsewhere]),
+                         body=Body(HANDLED))
+    assert not await facade.at_rest()
+    assert elsewhere.fetched == 0
 
 
 async def test_an_object_without_records_is_read_without_fetching():
