@@ -178,19 +178,22 @@ def test_a_crd_created_after_the_start_is_served_its_deletion_stops_its_watches_
     kube.apply_crd(crd(plural))
     for side in sides:
         create_object(kube, plural, side.namespace, 'first')
-    for side in sides:
-        side.wait(lambda side=side: (side.namespace, 'first') in created(side), what="the new resource served")
+    ours, kopf = sides
+    ours.wait(lambda: (namespace, 'first') in created(ours), what="the new resource served")
+    # Kopf races with the discovery of a fresh CRD and now and then never serves it (seen in CI under load,
+    # for the first CRD as for the re-created one); that is its behaviour, not a contract to test: its side
+    # is compared only where it has served the resource.
+    kopf_served = served_in_time(kopf, lambda: (theirs, 'first') in created(kopf))
 
     delete_crd(kube, plural)
-    ours, kopf = sides
     ours.wait(lambda: f"The watch of {resource} in '{namespace}' has stopped." in ours.process.output,
               what="the deleted resource's watch stopped")
     assert f"{resource} is not served by the cluster any more" in ours.process.output
-    kopf.wait(lambda: f"Stopping the watch-stream for {resource} in '{theirs}'." in kopf.process.output,
-              what="the deleted resource's watch stopped")
+    if kopf_served:
+        kopf.wait(lambda: f"Stopping the watch-stream for {resource} in '{theirs}'." in kopf.process.output,
+                  what="the deleted resource's watch stopped")
 
-    # Re-created: served again. Only ours is waited for: Kopf races with the discovery of a fresh CRD and now
-    # and then never serves it (seen in CI under load); that is its behaviour, not a contract to test.
+    # Re-created: served again. Only ours is waited for (Kopf's race, above).
     kube.apply_crd(crd(plural))
     for side in sides:
         create_object(kube, plural, side.namespace, 'second')
@@ -201,6 +204,15 @@ def test_a_crd_created_after_the_start_is_served_its_deletion_stops_its_watches_
     assert len(ours_warnings) == 1, ours_warnings  # the one at the start: no loop of failed watches
     for side in sides:
         assert side.process.stop() == 0, side.process.output
+
+
+def served_in_time(side: Side, condition: Callable[[], bool]) -> bool:
+    """Whether the condition comes true within the usual wait; a peer's known race is no failure here."""
+    try:
+        side.wait(condition, what="the new resource served")
+    except AssertionError:
+        return False
+    return True
 
 
 def test_with_scanning_disabled_resources_are_resolved_once_at_the_start_and_patterns_not_served(
