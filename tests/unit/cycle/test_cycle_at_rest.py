@@ -13,6 +13,7 @@ import pytest
 
 import kopf
 import kopf.on
+from kopf._cycle import causation
 from kopf._cycle.cycle import STAGES, at_rest, handle_object
 from kopf._structs.bodies import Body
 from kopf.errors import TemporaryError
@@ -50,10 +51,14 @@ async def test_a_handled_object_is_at_rest_and_the_full_cycle_agrees(server, reg
     await assert_full_cycle_does_nothing(server, calls)
 
 
-async def test_the_cycle_itself_takes_the_shortcut_for_an_object_at_rest(server, registry):
+async def test_the_cycle_itself_takes_the_shortcut_for_an_object_at_rest(server, registry, monkeypatch):
     calls = []
     kopf.on.create(*RESOURCE, registry=registry)(make_handler(calls, 'create'))
     await server.run()
+
+    async def no_cause(**_):
+        raise AssertionError("The cause of an object at rest is not even looked for.")
+    monkeypatch.setattr(causation, 'detect', no_cause)
     result = await server.cycle(first_seen=True, event_type=None)
     assert result.cause == 'noop' and not result.patch and result.delay is None and result.done
     assert len(calls) == 1
