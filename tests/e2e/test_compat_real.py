@@ -249,6 +249,39 @@ def test_keyword_arguments_of_every_handler_kind_as_in_kopf(kube: KubeAPI, sides
         assert mine[kind] == kopfs[kind] | ours_alone, kind
 
 
+# 7. A restart over handled objects calls no handler again, and the next change is handled as usual.
+
+def test_a_restart_over_handled_objects_calls_nothing_and_the_next_change_is_handled_as_in_kopf(
+        kube: KubeAPI, sides: Callable[..., list[Side]]) -> None:
+    both = sides(REAL / 'restart.py', packages=('kubernetes',))
+    names = ['cm1', 'cm2', 'cm3']
+    for side in both:
+        for name in names:
+            kube.create(side.configmaps(), configmap(name, x='1'))
+    for side in both:
+        side.wait(lambda s=side: {c['name'] for c in s.records('create')} >= set(names), what="the creations")
+    versions = {}
+    for side in both:  # whatever the operator wrote has landed before the restart (both write it in one patch)
+        side.wait(lambda s=side: all('kopf.zalando.org/last-handled-configuration' in
+                                     (kube.get(f"{s.configmaps()}/{name}")['metadata'].get('annotations') or {})
+                                     for name in names), what="the handled configurations stored")
+        versions[side.framework] = {name: kube.get(f"{side.configmaps()}/{name}")['metadata']['resourceVersion']
+                                    for name in names}
+        side.kill_and_restart()
+    for side in both:
+        kube.patch(f"{side.configmaps()}/cm2", {'data': {'x': '2'}})
+    for side in both:
+        side.wait(lambda s=side: s.records('update'), what="the change after the restart")
+        assert side.process.stop() == 0, side.process.output
+    for side in both:
+        creations = collections.Counter(c['name'] for c in side.records('create'))
+        assert all(creations[name] == 1 for name in names), creations  # nothing created again
+        assert [(c['name'], c['data']) for c in side.records('update')] == [('cm2', {'x': '2'})]
+        for name in ('cm1', 'cm3'):  # not written to by the restarted operator
+            assert kube.get(f"{side.configmaps()}/{name}")['metadata']['resourceVersion'] == \
+                versions[side.framework][name], (side, name)
+
+
 def _probe(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
