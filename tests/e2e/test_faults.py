@@ -12,6 +12,7 @@ handlers' own call log, never from the operator's word.
 from __future__ import annotations
 
 import collections
+import http.client
 import json
 import random
 import sys
@@ -96,8 +97,22 @@ class Observer(threading.Thread):
                         version = event['object']['metadata']['resourceVersion']
                         if event['type'] in ('ADDED', 'MODIFIED'):
                             self.note(event['object'])
-            except (urllib.error.URLError, OSError, ValueError):
+            except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):
                 self.stopped.wait(0.1)  # a pause before watching again, not a wait for anything
+
+
+def unfinished(kube: KubeAPI, collection: str, observer: Observer, uids: set[str]) -> str:
+    """What the server holds of the objects the observer has not seen finished: for a failure's message."""
+    with observer.lock:
+        waiting = uids - set(observer.finished)
+    lines = [f"observer alive: {observer.is_alive()}; unfinished: {len(waiting)}"]
+    for item in kube.get(collection)['items']:
+        meta = item['metadata']
+        if meta['uid'] in waiting:
+            ours = {key: value for key, value in (meta.get('annotations') or {}).items() if key.startswith(PREFIX)}
+            lines.append(f"{meta['name']} rv={meta['resourceVersion']} finalizers={meta.get('finalizers')} "
+                         f"annotations={ours}")
+    return '\n'.join(lines)
 
 
 def configmap(name: str) -> dict[str, Any]:
@@ -177,7 +192,10 @@ def test_nothing_is_lost_and_nothing_rerun_under_faults_and_kills(kube, control_
             with observer.lock:
                 return uids <= set(observer.finished)
 
-        operator.wait(all_finished, what="every object finished on the server", timeout=120)
+        try:
+            operator.wait(all_finished, what="every object finished on the server", timeout=120)
+        except AssertionError as e:
+            raise AssertionError(f"{unfinished(kube, collection, observer, uids)}\n{e}") from None
         handled_within = time.monotonic() - began
         policy.enabled = False
         operator.wait_for_output("Serving configmaps")  # not stopped while still starting up
