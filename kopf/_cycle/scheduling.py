@@ -49,7 +49,7 @@ import datetime
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import Any
 
-from kopf._handlers import execution, invocation, progression
+from kopf._handlers import execution, invocation, lifecycles, progression
 from kopf._handlers.arguments import Arguments
 from kopf._handlers.execution import HandlerOutcome
 from kopf._handlers.lifecycles import LifeCycleFn
@@ -288,7 +288,8 @@ def _choose(
     """The lifecycle's choice among the due handlers; ``None`` if it has failed (reported)."""
     name = _name(lifecycle)
     try:
-        chosen = list(lifecycle(due, state=state, **batch.arguments.render()))
+        kwargs = {} if lifecycle in lifecycles.BUILTIN else batch.arguments.render()
+        chosen = list(lifecycle(due, state=state, **kwargs))
     except Exception as e:
         batch.logger.exception("The lifecycle %s has failed: %s. No handlers run until it is fixed; "
                                "retrying in %ss.", name, e, STALL_DELAY)
@@ -310,11 +311,11 @@ def _choose(
 
 async def _run_one(handler: ChangingHandler, past: HandlerState, *, batch: Batch) -> HandlerOutcome:
     """One attempt of one handler; its sub-handlers run inside it, with the parent's view of the object."""
-    children_batch = dataclasses.replace(batch, arguments=batch.arguments.for_handler(handler), nested=True)
     stopwatch = invocation.Stopwatch(batch.clock.monotonic)
 
     async def children(subhandlers: Sequence[ChangingHandler], lifecycle: LifeCycleFn | None) -> None:
         counting = stopwatch.stop()  # the sub-handlers' time is counted by themselves
+        children_batch = dataclasses.replace(batch, arguments=batch.arguments.for_handler(handler), nested=True)
         try:
             await _run_children(subhandlers, lifecycle=lifecycle, batch=children_batch)
         finally:

@@ -194,6 +194,8 @@ def _body(arguments: Arguments) -> Body:
 
 
 def _accepts(handler: ResourceHandler, arguments: Arguments) -> bool:
+    if not handler.labels and not handler.annotations and handler.when is None and not handler.field:
+        return True  # no filter to ask: no kwargs to make
     view = arguments.for_handler(handler)
     return filters.match(handler, body=_body(arguments), kwargs=view.render(), transition=_transition(handler, view))
 

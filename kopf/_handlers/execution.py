@@ -210,7 +210,8 @@ async def run_changing(
     with recording.current().handler(resource, cause.reason.value if cause else '', handler.id) as call_scope:
         outcome = await attempt(handler, past, call=call, logger=logger, default_backoff=default_backoff)
         call_scope.ended(final=outcome.final, error=outcome.exception)
-    outcome = dataclasses.replace(outcome, subrefs=frozenset(context.executed))
+    if context.executed or outcome.subrefs:
+        outcome = dataclasses.replace(outcome, subrefs=frozenset(context.executed))
     if watcher is not None:
         watcher.judged(handler, outcome)
     return outcome

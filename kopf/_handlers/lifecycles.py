@@ -82,6 +82,10 @@ def _retries(state: State, handler_id: HandlerId) -> int:
 _default_lifecycle: LifeCycleFn = asap
 
 
+# The lifecycles of this module: they read nothing but the handlers and the state, so no other kwargs are made.
+BUILTIN: tuple[LifeCycleFn, ...] = (all_at_once, one_by_one, randomized, shuffled, asap)
+
+
 def get_default_lifecycle() -> LifeCycleFn:
     return _default_lifecycle
 

@@ -118,7 +118,8 @@ class Persistence:
         if self._essences is None:
             old, new = await self._stored_essence(), await self._current_essence()
             self._stored, self._current = _ABSENT, None  # changed below: not to be given out again
-            new = self._untraced(await calls.call(self.progress.clear, essence=new))
+            if not await self._holds_nothing():  # else: no trace of the storage in it to clear
+                new = self._untraced(await calls.call(self.progress.clear, essence=new))
             if old is not None:
                 old = self._untraced(await calls.call(self.progress.clear, essence=dicts.copy_json(old)))
             self._essences = Essences(old=old, new=new, diff=diffs.diff(old, new))
@@ -199,6 +200,9 @@ class Persistence:
         if self._empty is None:
             annotations = dict(self.body.metadata.annotations)
             status = self.body.raw.get('status')
+            if not annotations and not status:
+                self._empty = True  # a fresh object: nowhere to keep a record
+                return True
             original: Essence = {'metadata': {'annotations': annotations}, **({'status': status} if status else {})}
             # clear() may change the probe, but the body must stay intact: a copy.
             probe: Essence = {'metadata': {'annotations': dicts.copy_json(annotations)},

@@ -52,6 +52,8 @@ def _section(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     value = raw.get(key)
     if type(value) is dict:  # nearly always: parsed JSON; spares the slower abstract-class check
         return value
+    if value is None:  # absent: e.g. a new object's annotations or status
+        return {}
     return value if isinstance(value, Mapping) else {}
 
 

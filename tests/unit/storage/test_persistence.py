@@ -107,7 +107,18 @@ async def test_essences_are_computed_once():
     assert first.old == {'spec': {'x': 0}}
     assert first.new == {'spec': {'x': 1}}
     assert [tuple(item) for item in first.diff] == [('change', ('spec', 'x'), 0, 1)]
-    assert storage.calls['clear'] == 2  # the new and the old essence, once each
+    # One look at the object's annotations and status (no records there), and the old essence; the new one
+    # is taken from the same annotations, so it holds no trace of the storage to clear either.
+    assert storage.calls['clear'] == 2
+
+
+async def test_the_new_essence_of_an_object_with_records_is_cleared_of_them():
+    storage = Counting()
+    raw = with_records(a={'started': '2026-12-01T00:00:00+00:00'})
+    raw['metadata']['annotations']['kopf.zalando.org/last-handled-configuration'] = '{"spec":{"x":0}}'
+    essences = await make(storage, raw).essences()
+    assert essences.new == {'metadata': {'annotations': {'user': 'u'}}, 'spec': {'x': 1}}
+    assert storage.calls['clear'] == 3  # the look, the new essence, the old one
 
 
 class CountingDiffBase(AnnotationsDiffBaseStorage):
@@ -191,6 +202,14 @@ async def test_an_object_without_records_is_read_without_fetching():
     assert not await facade.holds_any([A, B, C])
     assert storage.calls['fetch'] == 0
     assert storage.calls['clear'] == 1  # the one look at the object's annotations and status
+
+
+async def test_a_fresh_object_holds_nothing_without_a_look_by_the_storage():
+    storage = Counting()
+    facade = make(storage, {'metadata': {'name': 'n'}, 'spec': {'x': 1}})  # no annotations, no status
+    assert not await facade.holds_any([A, B])
+    assert (await facade.essences()).new == {'spec': {'x': 1}}
+    assert storage.calls == {}  # nowhere in it to keep a record: nothing to fetch, nothing to clear
 
 
 async def test_records_are_fetched_once_per_id():
