@@ -63,7 +63,7 @@ from kopf._kube.errors import (
     too_large,
 )
 from kopf._observability import recording
-from kopf._structs import dormancy
+from kopf._structs import dicts, dormancy
 from kopf._structs.bodies import Body
 from kopf._structs.ephemera import ObjectMemos
 from kopf._structs.ids import HandlerId
@@ -352,12 +352,48 @@ async def _send(
             logger.error("%s The handlers' progress is stored without it; they are not run again.", rejection)
         rv = patched.get('metadata', {}).get('resourceVersion')
         outcome = ProcessingOutcome(delay=delay, resource_version=str(rv) if rv else None, body=patched,
-                                    settled=settled and not rejection and patch is sized and not fns)
+                                    settled=settled and not rejection and patch is sized and not fns
+                                    and _as_patched(body, patch, patched))
         return await _transform(watch, body=patched, fns=fns, outcome=outcome, logger=logger) if fns else outcome
     (logger.debug if watch.context.reachability.down and not rejection else logger.error)(
         "%sFailed to patch the object %d times; retrying the handling in %ss.",
         f"{rejection} " if rejection else "", PATCH_ATTEMPTS, REJECTED_PATCH_DELAY)
     return ProcessingOutcome(delay=REJECTED_PATCH_DELAY)
+
+
+def _as_patched(body: Body, patch: Patch, patched: Mapping[str, Any]) -> bool:
+    """
+    Whether the object, as the server returns it after our patch, is what our patch made of the object we had.
+
+    Not so if something else has written to it between our read and our
+    patch: e.g. the last patch of an operator process that was killed while
+    sending it, landing after the next process has read the object, which
+    leaves its progress beside the diff-base that concludes the handling; or
+    a change of the spec whose event has not come yet, and would be taken for
+    one older than our patch. Then the patch does not conclude the handling:
+    its own event is handled as any other. What the server changes on every
+    write (the version, the managed fields, the generation) is not compared.
+    """
+    return bool(_comparable(patched) == _comparable(dicts.merged(body.raw, patch)))
+
+
+_SERVER_MANAGED = frozenset({'resourceVersion', 'managedFields', 'generation'})
+
+
+def _comparable(obj: Mapping[str, Any]) -> Any:
+    """The object without what every write changes, and without empty maps and lists (the server omits them)."""
+    meta = obj.get('metadata') or {}
+    return _pruned({**{key: value for key, value in obj.items() if key not in ('apiVersion', 'kind', 'metadata')},
+                    'metadata': {key: value for key, value in meta.items() if key not in _SERVER_MANAGED}})
+
+
+def _pruned(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        pruned = {key: _pruned(item) for key, item in value.items()}
+        return {key: item for key, item in pruned.items() if item != {} and item != []}
+    if isinstance(value, list):
+        return [_pruned(item) for item in value]
+    return value
 
 
 async def _transform(

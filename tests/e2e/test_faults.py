@@ -53,6 +53,7 @@ class Observer(threading.Thread):
         self.namespace = namespace
         self.visible: dict[tuple[str, str], float] = {}  # (uid, handler) -> when its success was first seen
         self.finished: dict[str, float] = {}  # uid -> when all was done: diff-base stored, progress purged
+        self.history: dict[str, list[tuple[float, str, dict[str, str]]]] = collections.defaultdict(list)
         self.stopped = threading.Event()
         self.lock = threading.Lock()
 
@@ -64,7 +65,11 @@ class Observer(threading.Thread):
         uid = meta['uid']
         annotations = meta.get('annotations') or {}
         progress = [key for key in annotations if key.startswith(f'{PREFIX}/') and key != DIFFBASE]
+        ours = {key: value for key, value in annotations.items() if key.startswith(f'{PREFIX}/')}
         with self.lock:
+            history = self.history[uid]
+            if not history or history[-1][1] != meta.get('resourceVersion'):
+                history.append((now, meta.get('resourceVersion', ''), ours))  # for a failure's message
             for handler in HANDLERS:
                 raw = annotations.get(f'{PREFIX}/{handler}')
                 if raw and json.loads(raw).get('success'):
@@ -112,6 +117,9 @@ def unfinished(kube: KubeAPI, collection: str, observer: Observer, uids: set[str
             ours = {key: value for key, value in (meta.get('annotations') or {}).items() if key.startswith(PREFIX)}
             lines.append(f"{meta['name']} rv={meta['resourceVersion']} finalizers={meta.get('finalizers')} "
                          f"annotations={ours}")
+            with observer.lock:
+                for when, version, seen in observer.history[meta['uid']]:
+                    lines.append(f"  seen at {when:.3f}: rv={version} {seen}")
     return '\n'.join(lines)
 
 
