@@ -63,7 +63,7 @@ from kopf._kube.errors import (
     too_large,
 )
 from kopf._observability import recording
-from kopf._structs import dicts, dormancy
+from kopf._structs import dormancy, patches
 from kopf._structs.bodies import Body
 from kopf._structs.ephemera import ObjectMemos
 from kopf._structs.ids import HandlerId
@@ -374,7 +374,7 @@ def _as_patched(body: Body, patch: Patch, patched: Mapping[str, Any]) -> bool:
     its own event is handled as any other. What the server changes on every
     write (the version, the managed fields, the generation) is not compared.
     """
-    return bool(_comparable(patched) == _comparable(dicts.merged(body.raw, patch)))
+    return bool(_comparable(patched) == _comparable(patches.apply(body.raw, patch)))
 
 
 _SERVER_MANAGED = frozenset({'resourceVersion', 'managedFields', 'generation'})

@@ -122,20 +122,3 @@ def copy_json(value: Any) -> Any:
 
 _ATOMS = frozenset({str, int, float, bool, type(None)})  # immutable: shared by a copy and its original
 
-
-
-def merged(target: Any, patch: Any) -> Any:
-    """
-    What a JSON merge-patch (RFC 7386) makes of a value: ``None`` in the patch deletes, dicts merge deeply.
-
-    Neither argument is changed; parts of them may be shared by the result.
-    """
-    if not isinstance(patch, Mapping):
-        return patch
-    result = dict(target) if isinstance(target, Mapping) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merged(result.get(key), value)
-    return result

@@ -25,7 +25,7 @@ from kopf._handlers.registries import OperatorRegistry
 from kopf._indexing.indexing import OperatorIndexes
 from kopf._observability import metrics, recording
 from kopf._storage.progress import AnnotationsProgressStorage, ProgressStorage
-from kopf._structs import dicts, dormancy
+from kopf._structs import dormancy, patches
 from kopf._structs.bodies import Body
 from kopf._structs.patches import Patch
 from kopf._structs.resources import Resource, Selector
@@ -71,7 +71,7 @@ def patched(sent_bodies, rv, state=None):
         body = await request.json()
         sent_bodies.append(body)
         if state is not None:
-            state.update(dicts.merged(state, body))
+            state.update(patches.apply(state, body))
             return web.json_response({**state, 'metadata': {**state['metadata'], 'resourceVersion': rv}})
         return web.json_response({**raw(rv), **body, 'metadata': {**raw(rv)['metadata'], **body.get('metadata', {}),
                                                                    'resourceVersion': rv}})
@@ -210,7 +210,7 @@ async def test_a_settling_patch_over_what_was_written_meanwhile_does_not_settle_
         aresponses, host, watch, result, written_meanwhile):
     # E.g. the last patch of a killed operator process, which landed after this one had read the object:
     # its progress stays beside our diff-base, so the patch's own event must be handled, not skipped.
-    sent, server = [], dicts.merged(raw(), written_meanwhile)
+    sent, server = [], patches.apply(raw(), written_meanwhile)
     result(PROGRESS, settled=True)
     aresponses.add(host, PATH, 'PATCH', patched(sent, '5', server))
     outcome = await processing.process_event(watch, {'type': 'MODIFIED', 'object': raw()}, False)

@@ -106,16 +106,3 @@ def test_what_is_not_json_within_is_copied_as_copy_deepcopy_would():
     copied['box'].items.append(3)
     copied['pair'][1].append(3)
     assert original['box'].items == [1, 2] and original['pair'] == (1, [2])
-
-
-def test_a_merge_patch_merges_dicts_deeply_and_deletes_with_none():
-    target = {'a': {'b': 1, 'c': 2}, 'd': [1, 2], 'e': 'x'}
-    patch = {'a': {'b': None, 'f': {'g': 3}}, 'd': [3], 'e': None, 'h': 'new'}
-    assert dicts.merged(target, patch) == {'a': {'c': 2, 'f': {'g': 3}}, 'd': [3], 'h': 'new'}
-    assert target == {'a': {'b': 1, 'c': 2}, 'd': [1, 2], 'e': 'x'}  # unchanged
-
-
-def test_a_merge_patch_over_nothing_or_a_scalar_makes_a_dict():
-    assert dicts.merged(None, {'a': None, 'b': 1}) == {'b': 1}
-    assert dicts.merged('scalar', {'b': {'c': 1}}) == {'b': {'c': 1}}
-    assert dicts.merged({'a': 1}, 'replaced') == 'replaced'
