@@ -388,11 +388,17 @@ def _comparable(obj: Mapping[str, Any]) -> Any:
 
 
 def _pruned(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        pruned = {key: _pruned(item) for key, item in value.items()}
-        return {key: item for key, item in pruned.items() if item != {} and item != []}
+    if value is None or isinstance(value, (str, int, float)):  # the leaves: spared the abstract-class check
+        return value
     if isinstance(value, list):
         return [_pruned(item) for item in value]
+    if isinstance(value, Mapping):
+        result = {}
+        for key, item in value.items():
+            item = _pruned(item)
+            if item or not isinstance(item, (dict, list)):  # an empty map or list is as good as none
+                result[key] = item
+        return result
     return value
 
 

@@ -171,7 +171,7 @@ def finalizer_need(registry: OperatorRegistry, resource: ResourceKey) -> bool | 
     return True if any(_unfiltered(handler, field_checked=True) for handler in deleters) else None
 
 
-def _unfiltered(handler: ChangingHandler, *, field_checked: bool) -> bool:
+def _unfiltered(handler: ResourceHandler, *, field_checked: bool) -> bool:
     """Whether a handler accepts every object: no labels, annotations or ``when=``, no field whose value counts."""
     return (not handler.labels and not handler.annotations and handler.when is None
             and not (handler.field and field_checked))
@@ -194,7 +194,7 @@ def _body(arguments: Arguments) -> Body:
 
 
 def _accepts(handler: ResourceHandler, arguments: Arguments) -> bool:
-    if not handler.labels and not handler.annotations and handler.when is None and not handler.field:
+    if _unfiltered(handler, field_checked=True):
         return True  # no filter to ask: no kwargs to make
     view = arguments.for_handler(handler)
     return filters.match(handler, body=_body(arguments), kwargs=view.render(), transition=_transition(handler, view))
