@@ -469,6 +469,25 @@ def all_running(runs: list[Run], names: list[str], *, since: int = -1, pids: set
     return set(names) <= running
 
 
+def wait_for_daemons(condition: Callable[[], bool], *, calls: Path, processes: list[OperatorProcess],
+                     what: str) -> None:
+    """
+    Wait until the daemons are where the condition wants them; on a timeout, show where they are and the logs.
+
+    A hand-over involves every replica, so the failure shows each one's
+    recent output (the rings adopted, the relistings) beside the daemon
+    runs that are still going, by object and process.
+    """
+    try:
+        wait_for(condition, timeout=30, what=what)
+    except AssertionError as e:
+        running = sorted((run.name, run.pid) for run in daemon_runs(calls) if run.stopped is None)
+        logs = '\n'.join(f"--- replica pid {process.process.pid} (exit code {process.process.poll()}), "
+                         f"its last lines ---\n" + '\n'.join(process.output.splitlines()[-60:])
+                         for process in processes)
+        raise AssertionError(f"{e}\nDaemons running (object, pid): {running}\n{logs}") from None
+
+
 def test_daemons_never_run_on_two_shards_at_once_and_move_with_their_objects(
         kube: KubeAPI, namespace: str, replicas: Callable[..., OperatorProcess], crd: None,
         tmp_path: Path) -> None:
@@ -482,21 +501,23 @@ def test_daemons_never_run_on_two_shards_at_once_and_move_with_their_objects(
         replica.wait(lambda replica=replica: shards_adopted(replica, 2), what="a ring of 2 members")
     names = [f'obj-{i:02}' for i in range(12)]
     create_objects(kube, namespace, names)
-    wait_for(lambda: all_running(daemon_runs(calls), names), timeout=30, what="a daemon for every object")
+    wait_for_daemons(lambda: all_running(daemon_runs(calls), names), calls=calls, processes=first,
+                     what="a daemon for every object")
 
     joining = start()  # 2 -> 3: about a third of the objects move to it
     for replica in [*first, joining]:
         replica.wait(lambda replica=replica: shards_adopted(replica, 3), what="a ring of 3 members", timeout=30)
-    wait_for(lambda: all_running(daemon_runs(calls), names) and
-             any(run.pid == joining.process.pid for run in daemon_runs(calls)),
-             timeout=30, what="a daemon for every object, some on the new replica")
+    wait_for_daemons(lambda: all_running(daemon_runs(calls), names) and
+                     any(run.pid == joining.process.pid for run in daemon_runs(calls)),
+                     calls=calls, processes=[*first, joining],
+                     what="a daemon for every object, some on the new replica")
     joined = len(read_calls(calls))
 
     leaving, staying = first  # 3 -> 2: the leaving replica's objects move to the others
     assert leaving.stop() == 0, leaving.output
     remaining = {staying.process.pid, joining.process.pid}
-    wait_for(lambda: all_running(daemon_runs(calls), names, pids=remaining), timeout=30,
-             what="a daemon for every object on the remaining replicas")
+    wait_for_daemons(lambda: all_running(daemon_runs(calls), names, pids=remaining), calls=calls,
+                     processes=[staying, joining], what="a daemon for every object on the remaining replicas")
     left = len(read_calls(calls))
     for replica in (staying, joining):
         assert replica.stop() == 0, replica.output
@@ -522,11 +543,12 @@ def test_a_daemon_of_a_paused_ha_leader_is_cancelled_before_the_next_leader_star
     leader.wait_for_output('Leading as')
     names = [f'obj-{i}' for i in range(5)]
     create_objects(kube, namespace, names)
-    wait_for(lambda: all_running(daemon_runs(calls), names), timeout=30, what="a daemon for every object")
+    wait_for_daemons(lambda: all_running(daemon_runs(calls), names), calls=calls, processes=[leader],
+                     what="a daemon for every object")
     preempting = replicas('--ha', '--priority', '10', **env)
     preempting.wait_for_output('Took over the lease')
-    wait_for(lambda: all_running(daemon_runs(calls), names, pids={preempting.process.pid}), timeout=30,
-             what="the daemons on the new leader")
+    wait_for_daemons(lambda: all_running(daemon_runs(calls), names, pids={preempting.process.pid}), calls=calls,
+                     processes=[leader, preempting], what="the daemons on the new leader")
     assert 'Paused:' in leader.output
     runs = daemon_runs(calls)
     assert overlapping_runs(runs) == []
