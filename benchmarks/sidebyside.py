@@ -509,32 +509,47 @@ async def wait_handled(tracker: HandledTracker, operator: OperatorProcess, names
 # The raw PATCH rate
 # --------------------------------------------------------------------------------------------- #
 
-async def raw_patch_rate(api: Api, namespace: str, options: Options) -> float:
-    """PATCHes per second that one plain client gets through, at the given concurrency."""
+async def raw_patch_rate(api: Api, namespace: str, options: Options, *, watched: bool = False) -> float:
+    """
+    PATCHes per second that one plain client gets through, at the given concurrency.
+
+    ``watched``: with the benchmark's own watch of the namespace open
+    meanwhile (:class:`HandledTracker`), as it is while an operator is
+    measured -- the server sends every patched object to it, and this
+    process reads them, on the same CPUs.
+    """
     await api.ensure_namespace(namespace)
     try:
         names = [f'raw-{i:05d}' for i in range(options.raw_objects)]
         await api.create_objects(namespace, names, concurrency=options.create_concurrency)
-        path = f'/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}'
-        filler = 'x' * 150  # about as large as a handler's progress record
-        count = 0
-        deadline = time.monotonic() + options.raw_seconds
-
-        async def lane(index: int) -> None:
-            nonlocal count
-            serial = 0
-            while time.monotonic() < deadline:
-                name = names[(index + serial * options.raw_concurrency) % len(names)]
-                patch = {'metadata': {'annotations': {'bench.kopf.dev/raw': f'{serial}-{filler}'}}}
-                await api.request('PATCH', f'{path}/{name}', patch, content_type=MERGE_PATCH)
-                serial += 1
-                count += 1
-
-        started = time.monotonic()
-        await asyncio.gather(*(lane(i) for i in range(options.raw_concurrency)))
-        return count / (time.monotonic() - started)
+        async with contextlib.AsyncExitStack() as stack:
+            if watched:
+                await stack.enter_async_context(HandledTracker(api, namespace))
+            return await _patch_loop(api, namespace, names, options)
     finally:
         await api.remove_namespace(namespace)
+
+
+async def _patch_loop(api: Api, namespace: str, names: list[str], options: Options) -> float:
+    """Merge-patch the objects round-robin from many lanes for a while; PATCHes per second."""
+    path = f'/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}'
+    filler = 'x' * 150  # about as large as a handler's progress record
+    count = 0
+    deadline = time.monotonic() + options.raw_seconds
+
+    async def lane(index: int) -> None:
+        nonlocal count
+        serial = 0
+        while time.monotonic() < deadline:
+            name = names[(index + serial * options.raw_concurrency) % len(names)]
+            patch = {'metadata': {'annotations': {'bench.kopf.dev/raw': f'{serial}-{filler}'}}}
+            await api.request('PATCH', f'{path}/{name}', patch, content_type=MERGE_PATCH)
+            serial += 1
+            count += 1
+
+    started = time.monotonic()
+    await asyncio.gather(*(lane(i) for i in range(options.raw_concurrency)))
+    return count / (time.monotonic() - started)
 
 
 # --------------------------------------------------------------------------------------------- #
