@@ -381,6 +381,7 @@ async def handle_object(
         resolved: Resource | None = None,
         send_early: EarlyWrite | None = None,
         gate: Gate | None = None,
+        restless: bool = False,
 ) -> HandlingResult:
     """
     Handle one event of one object and say what to patch and when to come back.
@@ -393,10 +394,12 @@ async def handle_object(
     runs long (without it, everything waits for the returned patch).
     ``gate`` is a typed resource's: an invalid spec stops the handling here
     (it is reported, once); a valid one is what the handlers get as ``spec``.
+    ``restless``: the caller has just found this body not at rest
+    (:func:`at_rest`), so it is not asked again.
     """
     storage = _persistence(registry, config, resource, body)
-    if await at_rest(registry=registry, config=config, resource=resource, event_type=event_type, body=body,
-                     stages=stages, gate=gate, persistence=storage):
+    if not restless and await at_rest(registry=registry, config=config, resource=resource, event_type=event_type,
+                                      body=body, stages=stages, gate=gate, persistence=storage):
         logger.debug("Handling cycle for %s: %s.", body.describe(), Reason.NOOP.value)
         return HandlingResult(patch=Patch(), delay=None, cause=Reason.NOOP.value, done=True)
     if indexes is not None:
@@ -549,11 +552,11 @@ def _merged(*patches: Mapping[str, Any]) -> Patch:
 
 def _merge_into(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
     for key, value in patch.items():
-        if isinstance(value, Mapping) and isinstance(target.get(key), dict):
-            _merge_into(target[key], value)
-        elif isinstance(value, Mapping):
-            target[key] = {}
-            _merge_into(target[key], value)
+        if type(value) is dict or isinstance(value, Mapping):  # a plain dict spares the abstract-class check
+            into = target.get(key)
+            if not isinstance(into, dict):
+                into = target[key] = {}
+            _merge_into(into, value)
         else:
             target[key] = value
 

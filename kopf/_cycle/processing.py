@@ -64,7 +64,7 @@ from kopf._kube.errors import (
 )
 from kopf._observability import recording
 from kopf._structs import dormancy, patches
-from kopf._structs.bodies import Body
+from kopf._structs.bodies import Body, RawBody
 from kopf._structs.ephemera import ObjectMemos
 from kopf._structs.ids import HandlerId
 from kopf._structs.patches import Patch
@@ -109,6 +109,8 @@ class ResourceWatch:
     repeats: failures.RepeatLimiter = dataclasses.field(default_factory=failures.RepeatLimiter)
     # The patches that the API would not take for a while (401, 429), by object: re-sent before anything else.
     unsent: dict[str, Unsent] = dataclasses.field(default_factory=dict)
+    # The bodies of listed objects just found not at rest, by object: their cycle does not ask again.
+    restless: dict[str, RawBody] = dataclasses.field(default_factory=dict)
     # The objects' own memos, copies of the operator's (made and kept only as they are used).
     memos: ObjectMemos = dataclasses.field(init=False, repr=False, compare=False)
     # A typed resource's gate: the handlers run only with a valid spec, which they get as the model.
@@ -165,6 +167,7 @@ async def at_rest(watch: ResourceWatch, raw_event: RawEvent) -> bool:
     try:
         if not await cycle.at_rest(registry=watch.registry, config=watch.config, resource=watch.resource,
                                    event_type=raw_event.get('type'), body=body, stages=watch.stages, gate=watch.gate):
+            watch.restless[key] = body.raw
             return False
     except Exception:
         return False  # e.g. a storage that fails: the cycle reports it, with the object
@@ -206,12 +209,14 @@ async def _process(
     first_seen = key not in watch.seen
     if first_seen:
         watch.memos.seen(key)
+    restless = watch.restless.pop(key, None) is body.raw  # this very body, as judged by :func:`at_rest`
     try:
         result = await cycle.handle_object(
             registry=watch.registry, config=watch.config, resource=watch.resource,
             event_type=raw_event.get('type'), body=body, first_seen=first_seen, memo=watch.memos.get(key),
             logger=logger, stages=watch.stages, indexes=watch.indexes, resolved=watch.resource,
-            send_early=functools.partial(_send_early, watch, body=body, logger=logger), gate=watch.gate)
+            send_early=functools.partial(_send_early, watch, body=body, logger=logger), gate=watch.gate,
+            restless=restless)
     except Exception:
         if first_seen:
             watch.seen.discard(key)  # the next attempt is still the first sight of it
@@ -374,32 +379,53 @@ def _as_patched(body: Body, patch: Patch, patched: Mapping[str, Any]) -> bool:
     its own event is handled as any other. What the server changes on every
     write (the version, the managed fields, the generation) is not compared.
     """
-    return bool(_comparable(patched) == _comparable(patches.apply(body.raw, patch)))
+    applied = patches.apply(body.raw, patch)
+    return (_same(patched, applied, skip=_NOT_COMPARED)
+            and _same(patched.get('metadata') or {}, applied.get('metadata') or {}, skip=_SERVER_MANAGED))
 
 
+_NOT_COMPARED = frozenset({'apiVersion', 'kind', 'metadata'})  # the metadata is compared on its own
 _SERVER_MANAGED = frozenset({'resourceVersion', 'managedFields', 'generation'})
+_ABSENT = object()
 
 
-def _comparable(obj: Mapping[str, Any]) -> Any:
-    """The object without what every write changes, and without empty maps and lists (the server omits them)."""
-    meta = obj.get('metadata') or {}
-    return _pruned({**{key: value for key, value in obj.items() if key not in ('apiVersion', 'kind', 'metadata')},
-                    'metadata': {key: value for key, value in meta.items() if key not in _SERVER_MANAGED}})
+def _same(a: Mapping[str, Any], b: Mapping[str, Any], *, skip: frozenset[str] = frozenset()) -> bool:
+    """
+    Whether two maps hold the same (but for the keys in ``skip``), where an empty map or list is as good as none.
+
+    The server omits empty maps and lists. Walked in place, without pruned
+    copies of both objects: it runs for every concluding patch.
+    """
+    for key, x in a.items():
+        if key not in skip:
+            y = b.get(key, _ABSENT)
+            if not _equal(x, y) and not (_void(x) and _void(y)):
+                return False
+    for key, y in b.items():
+        if key not in skip and key not in a and not _void(y):
+            return False
+    return True
 
 
-def _pruned(value: Any) -> Any:
-    if value is None or isinstance(value, (str, int, float)):  # the leaves: spared the abstract-class check
-        return value
-    if isinstance(value, list):
-        return [_pruned(item) for item in value]
+def _equal(x: Any, y: Any) -> bool:
+    if x == y:  # nearly always, and at the speed of the built-in comparison
+        return True
+    if isinstance(x, Mapping) and isinstance(y, Mapping):
+        return _same(x, y)
+    if isinstance(x, list) and isinstance(y, list):
+        return len(x) == len(y) and all(_equal(i, j) for i, j in zip(x, y))
+    return False
+
+
+def _void(value: Any) -> bool:
+    """Absent, an empty list, or a map of nothing but such (empty once they are omitted)."""
+    if value is _ABSENT:
+        return True
+    if type(value) is list:
+        return not value
     if isinstance(value, Mapping):
-        result = {}
-        for key, item in value.items():
-            item = _pruned(item)
-            if item or not isinstance(item, (dict, list)):  # an empty map or list is as good as none
-                result[key] = item
-        return result
-    return value
+        return all(_void(item) for item in value.values())
+    return False
 
 
 async def _transform(

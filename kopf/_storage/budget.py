@@ -33,7 +33,7 @@ import copy
 import dataclasses
 import json
 from collections.abc import Iterable, Mapping, MutableMapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from kopf._storage import records, trimming
 from kopf._storage.diffbase import (
@@ -152,8 +152,12 @@ def _warn_if_large(body: Body, patch: Mapping[str, Any], *, names: Iterable[str]
 
 def _changes(patch: Mapping[str, Any] | None) -> Mapping[str, Any]:
     metadata = (patch or {}).get('metadata')
-    annotations = metadata.get('annotations') if isinstance(metadata, Mapping) else None
-    return annotations if isinstance(annotations, Mapping) else {}
+    annotations = metadata.get('annotations') if _is_mapping(metadata) else None
+    return annotations if _is_mapping(annotations) else {}
+
+
+def _is_mapping(value: Any) -> TypeGuard[Mapping[str, Any]]:
+    return type(value) is dict or isinstance(value, Mapping)  # a plain dict spares the abstract-class check
 
 
 def _changes_of(patch: Patch) -> MutableMapping[str, Any]:

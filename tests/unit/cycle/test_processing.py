@@ -219,6 +219,32 @@ async def test_a_settling_patch_over_what_was_written_meanwhile_does_not_settle_
     assert not outcome.settled
 
 
+@pytest.mark.parametrize('answer, as_patched', [
+    pytest.param({'spec': {'a': 1, 'b': [{}]}, 'metadata': {'name': 'ex', 'annotations': {'x': 'y'}}}, True,
+                 id='exactly'),
+    pytest.param({'spec': {'a': 1, 'b': [{}]}, 'metadata': {'name': 'ex', 'annotations': {'x': 'y'},
+                                                             'resourceVersion': '9', 'generation': 2,
+                                                             'managedFields': [{'manager': 'kopf'}]}}, True,
+                 id='with-what-every-write-changes'),
+    pytest.param({'spec': {'a': 1, 'b': [{}], 'c': {'d': {}}, 'e': []}, 'kind': 'Other', 'apiVersion': 'v2',
+                  'metadata': {'name': 'ex', 'annotations': {'x': 'y'}}}, True,
+                 id='with-empty-maps-and-lists-and-another-kind'),
+    pytest.param({'spec': {'a': 1, 'b': [[]]}, 'metadata': {'name': 'ex', 'annotations': {'x': 'y'}}}, False,
+                 id='a-list-item-of-another-type'),
+    pytest.param({'spec': {'a': 1, 'b': [{}], 'c': None}, 'metadata': {'name': 'ex', 'annotations': {'x': 'y'}}},
+                 False, id='a-null-where-nothing-was'),
+    pytest.param({'spec': {'a': 1, 'b': [{}]}, 'metadata': {'name': 'ex', 'annotations': {'x': 'z'}}}, False,
+                 id='another-annotation'),
+    pytest.param({'spec': {'a': 1}, 'metadata': {'name': 'ex', 'annotations': {'x': 'y'}}}, False,
+                 id='a-list-gone'),
+])
+def test_the_servers_answer_is_compared_with_the_patched_object_but_for_what_it_omits_or_changes_itself(
+        answer, as_patched):
+    body = Body({'apiVersion': 'v1', 'kind': 'KopfExample', 'spec': {'a': 1, 'b': [{}], 'c': {}},
+                 'metadata': {'name': 'ex', 'resourceVersion': '1', 'labels': {}}})
+    assert processing._as_patched(body, Patch({'metadata': {'annotations': {'x': 'y'}}}), answer) is as_patched
+
+
 async def test_a_settling_patch_refused_in_part_does_not_settle_the_object(aresponses, host, watch, result):
     sent = []
     result(COMBINED, essential=PROGRESS, extras=('status.fn',), settled=True)
@@ -898,6 +924,32 @@ async def test_a_listed_object_that_needs_a_cycle_is_left_to_it(watch):
     with_create_handler(watch)
     assert not await processing.at_rest(watch, {'type': None, 'object': raw()})  # never handled
     assert 'u' not in watch.seen
+
+
+async def test_the_cycle_of_a_listed_object_found_not_at_rest_does_not_judge_that_body_again(watch, monkeypatch):
+    with_create_handler(watch)
+    judged, restless = [], []
+    real_at_rest = cycle.at_rest
+
+    async def counted_at_rest(**kwargs):
+        judged.append(kwargs['body'].raw)
+        return await real_at_rest(**kwargs)
+
+    async def fake_handle_object(**kwargs):
+        restless.append(kwargs['restless'])
+        return HandlingResult(patch=Patch(), delay=None, cause='create', done=True)
+
+    monkeypatch.setattr(cycle, 'at_rest', counted_at_rest)
+    monkeypatch.setattr(cycle, 'handle_object', fake_handle_object)
+    listed, newer = {'type': None, 'object': raw()}, {'type': 'MODIFIED', 'object': raw(rv='2')}
+    assert not await processing.at_rest(watch, listed)
+    await processing.process_event(watch, listed, False)
+    await processing.process_event(watch, listed, False)  # judged once only: the next time, the cycle asks
+    assert not await processing.at_rest(watch, listed)
+    await processing.process_event(watch, newer, False)  # another body than the judged one
+    assert judged == [listed['object'], listed['object']]
+    assert restless == [True, False, False]
+    assert not watch.restless
 
 
 async def test_an_object_with_a_patch_to_send_is_never_at_rest(watch):
