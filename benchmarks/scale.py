@@ -208,6 +208,10 @@ def _handling_figures(figures: Figures, counts: apimetrics.Counts, *, objects: i
         'share of watched raw rate': (patches / seconds) / figures.values['raw PATCH/s, watched'],
         'idle RSS MB': idle.rss / MB,
     })
+    # The CPU per object in units of a plain client's CPU per PATCH, measured in the same run: the speed of the
+    # machine that day (it varies by a tenth and more on a shared one) weighs on both.
+    yardstick = figures.values['raw client CPU ms/PATCH']
+    figures.values['CPU/obj in raw client PATCHes'] = figures.values['CPU ms/obj'] / yardstick
     return ', '.join(f"{k} {v}" for k, v in sorted(other.items()))
 
 
@@ -215,11 +219,16 @@ async def _raw_rates(api: Api, namespace: str, options: sidebyside.Options, figu
     """
     The server's raw PATCH rate, plain and with the benchmark's own watch open (as while an operator is measured).
 
-    Twice each, the better one counts: the first also warms up a freshly started server.
+    Twice each, the better one counts: the first also warms up a freshly
+    started server. The plain loop's own CPU per PATCH is the yardstick for
+    the operator's CPU per object: what an HTTP client in Python spends on
+    one PATCH on this machine that day, and nothing else.
     """
-    for name, watched in [('raw PATCH/s', False), ('raw PATCH/s, watched', True)]:
-        figures.values[name] = max([await sidebyside.raw_patch_rate(api, f'{namespace}-raw{i}', options,
-                                                                    watched=watched) for i in range(2)])
+    plain = [await sidebyside.raw_patch_loop(api, f'{namespace}-raw{i}', options) for i in range(2)]
+    figures.values['raw PATCH/s'] = max(loop.rate for loop in plain)
+    figures.values['raw client CPU ms/PATCH'] = min(loop.cpu_per_patch for loop in plain) * 1000
+    figures.values['raw PATCH/s, watched'] = max([
+        (await sidebyside.raw_patch_loop(api, f'{namespace}-raw{i}', options, watched=True)).rate for i in range(2)])
 
 
 async def _all_handled(tracker: sidebyside.HandledTracker, operator: sidebyside.OperatorProcess, names: list[str],

@@ -509,14 +509,27 @@ async def wait_handled(tracker: HandledTracker, operator: OperatorProcess, names
 # The raw PATCH rate
 # --------------------------------------------------------------------------------------------- #
 
+@dataclasses.dataclass(frozen=True)
+class PatchLoop:
+    """What a plain client's PATCH loop got: PATCHes per second, and its own CPU per PATCH (this process's)."""
+
+    rate: float
+    cpu_per_patch: float
+
+
 async def raw_patch_rate(api: Api, namespace: str, options: Options, *, watched: bool = False) -> float:
+    """PATCHes per second that one plain client gets through, at the given concurrency (see :func:`raw_patch_loop`)."""
+    return (await raw_patch_loop(api, namespace, options, watched=watched)).rate
+
+
+async def raw_patch_loop(api: Api, namespace: str, options: Options, *, watched: bool = False) -> PatchLoop:
     """
-    PATCHes per second that one plain client gets through, at the given concurrency.
+    A plain client's PATCH loop over objects of its own, at the given concurrency.
 
     ``watched``: with the benchmark's own watch of the namespace open
     meanwhile (:class:`HandledTracker`), as it is while an operator is
     measured -- the server sends every patched object to it, and this
-    process reads them, on the same CPUs.
+    process reads them, on the same CPUs (its CPU then counts too).
     """
     await api.ensure_namespace(namespace)
     try:
@@ -530,8 +543,8 @@ async def raw_patch_rate(api: Api, namespace: str, options: Options, *, watched:
         await api.remove_namespace(namespace)
 
 
-async def _patch_loop(api: Api, namespace: str, names: list[str], options: Options) -> float:
-    """Merge-patch the objects round-robin from many lanes for a while; PATCHes per second."""
+async def _patch_loop(api: Api, namespace: str, names: list[str], options: Options) -> PatchLoop:
+    """Merge-patch the objects round-robin from many lanes for a while."""
     path = f'/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}'
     filler = 'x' * 150  # about as large as a handler's progress record
     count = 0
@@ -547,9 +560,10 @@ async def _patch_loop(api: Api, namespace: str, names: list[str], options: Optio
             serial += 1
             count += 1
 
-    started = time.monotonic()
+    started, cpu = time.monotonic(), time.process_time()
     await asyncio.gather(*(lane(i) for i in range(options.raw_concurrency)))
-    return count / (time.monotonic() - started)
+    return PatchLoop(rate=count / (time.monotonic() - started),
+                     cpu_per_patch=(time.process_time() - cpu) / count if count else math.nan)
 
 
 # --------------------------------------------------------------------------------------------- #
