@@ -12,7 +12,9 @@ these scenarios:
   same control plane just before) that its PATCHes reach -- also of the raw
   rate with the benchmark's own watch open meanwhile, which is open while
   the operator is measured (the server sends it every patched object, and
-  the benchmark reads them on the same CPUs).
+  the benchmark reads them on the same CPUs). Beside the CPU per object: the
+  plain loop's own CPU per PATCH (what a Python HTTP client spends on one
+  PATCH on this machine that day), and the CPU per object in those units.
 * **backlog** (1 and 3 handlers): N objects created before the operator
   starts, then the operator started: the same figures, counted from its
   start (its imports and its listing included), without the creations
