@@ -543,9 +543,22 @@ async def raw_patch_loop(api: Api, namespace: str, options: Options, *, watched:
         await api.remove_namespace(namespace)
 
 
+# The plain loop's field manager: not the one that created the objects, as an operator is not.
+RAW_FIELD_MANAGER = 'bench-raw-patcher'
+
+
 async def _patch_loop(api: Api, namespace: str, names: list[str], options: Options) -> PatchLoop:
-    """Merge-patch the objects round-robin from many lanes for a while."""
+    """
+    Merge-patch the objects round-robin from many lanes for a while.
+
+    The PATCHes name a field manager other than the creator's, as every
+    operator's do: the server then keeps two entries of ``managedFields``
+    per object instead of one, which costs it a sixth to a fifth of its
+    PATCH rate (one manager against two on this benchmark's objects, in
+    turns: 850-950 against 715-745 PATCH/s).
+    """
     path = f'/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}'
+    query = f'?fieldManager={RAW_FIELD_MANAGER}'
     filler = 'x' * 150  # about as large as a handler's progress record
     count = 0
     deadline = time.monotonic() + options.raw_seconds
@@ -556,7 +569,7 @@ async def _patch_loop(api: Api, namespace: str, names: list[str], options: Optio
         while time.monotonic() < deadline:
             name = names[(index + serial * options.raw_concurrency) % len(names)]
             patch = {'metadata': {'annotations': {'bench.kopf.dev/raw': f'{serial}-{filler}'}}}
-            await api.request('PATCH', f'{path}/{name}', patch, content_type=MERGE_PATCH)
+            await api.request('PATCH', f'{path}/{name}{query}', patch, content_type=MERGE_PATCH)
             serial += 1
             count += 1
 

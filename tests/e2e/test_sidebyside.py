@@ -35,3 +35,23 @@ async def test_both_frameworks_are_measured_on_the_same_operator(control_plane: 
         assert r.log_errors == 0, log_tails(tmp_path)
     summary = sidebyside.summarize(results, options)
     assert 'ours/kopf' in summary and 'PATCH/obj' in summary
+
+
+async def test_the_plain_patch_loop_patches_as_a_field_manager_of_its_own(control_plane: ControlPlane) -> None:
+    # An operator patches objects that someone else created; so does the yardstick it is measured against.
+    options = sidebyside.Options(raw_objects=3, raw_concurrency=2, raw_seconds=0.3)
+    sidebyside._apply_crd(control_plane)
+    api = sidebyside.Api(control_plane.server, control_plane.ssl_context())
+    try:
+        await api.ensure_namespace('raw-managers')
+        names = ['raw-0', 'raw-1', 'raw-2']
+        await api.create_objects('raw-managers', names, concurrency=3)
+        loop = await sidebyside._patch_loop(api, 'raw-managers', names, options)
+        path = f'/apis/{sidebyside.GROUP}/{sidebyside.VERSION}/namespaces/raw-managers/{sidebyside.PLURAL}/raw-0'
+        body = await api.request('GET', path)
+    finally:
+        await api.close()
+    assert loop.rate > 0
+    managers = {entry['manager'] for entry in body['metadata']['managedFields']}
+    assert sidebyside.RAW_FIELD_MANAGER in managers and len(managers) == 2
+    assert body['metadata']['annotations']['bench.kopf.dev/raw']
