@@ -5,8 +5,9 @@ Kopf's own examples are small and written by Kopf's author; operators written
 by other people rely on more: resources named by their kind or singular, a
 module beside the operator file, a file called ``operator.py``, the official
 ``kubernetes`` client used without configuring it, ``**kwargs`` passed on to
-their own helpers, handlers filtered to a few objects among many, and
-sub-handlers of very different durations. Each test runs one small operator
+their own helpers, handlers filtered to a few objects among many,
+sub-handlers of very different durations, and login handlers that take the
+official client's or pykube's configuration. Each test runs one small operator
 written in that style (``operators/real/``) under both frameworks, each in a
 namespace of its own, and compares what they do, from the server's side and
 from the handlers' own records of their calls.
@@ -355,6 +356,27 @@ def test_a_finished_subhandler_is_persisted_while_a_sibling_runs(
     for side in both:
         calls = collections.Counter(call['handler'] for call in side.records())
         assert calls == {'quick': 1, 'slow': 2}, side  # the finished one is never run again
+
+
+# 9. A login handler that takes the official client's or pykube's configuration, as many operators have.
+
+@pytest.mark.parametrize('via, package', [('client', 'kubernetes'), ('pykube', 'pykube-ng')])
+def test_a_login_handler_with_a_library_login_as_in_kopf(
+        kube: KubeAPI, sides: Callable[..., list[Side]], via: str, package: str) -> None:
+    both = sides(REAL / f'login_{via}.py', packages=(package,))
+    for side in both:
+        for name in ['cm1', 'cm2']:
+            kube.create(side.configmaps(), configmap(name, labels={'login': via}))
+    for side in both:
+        side.wait(lambda s=side: len(s.records('created')) == 2, what="both objects handled after the login")
+    ours, theirs = both
+    assert [call['server'] for call in ours.records('login')] == [call['server'] for call in theirs.records('login')]
+    assert ours.records('login')[0]['server'].rstrip('/') == kube.server.rstrip('/')
+    if via == 'client':  # the handlers' own client is configured by the login, as in Kopf
+        for side in both:
+            assert all(call['name'] in call['listed'] for call in side.records('created')), side.records()
+    for side in both:
+        assert side.process.stop() == 0
 
 
 # The command line: every option of Kopf's commands is an option of ours.
