@@ -112,8 +112,20 @@ def _import(action: Callable[[], object], what: str) -> None:
     except (HandlerSignatureError, DuplicateHandlerError) as e:  # declared wrongly: the message says where and why
         raise OperatorImportError(f"The operator code {what!r} declares a handler wrongly: {e}") from e
     except Exception as e:
-        details = ''.join(traceback.format_exception(e))
-        raise OperatorImportError(f"The operator code {what!r} failed to import:\n{details}") from e
+        raise OperatorImportError(f"The operator code {what!r} failed to import:\n{_own_traceback(e)}") from e
+
+
+def _own_traceback(error: BaseException) -> str:
+    """The traceback from the operator's code on: the loader's and importlib's frames say nothing to its author."""
+    tb = error.__traceback__
+    while tb is not None and _is_loading_machinery(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    return ''.join(traceback.format_exception(type(error), error, tb))
+
+
+def _is_loading_machinery(filename: str) -> bool:
+    return (filename == __file__ or filename.startswith('<frozen importlib')
+            or os.path.dirname(filename) == os.path.dirname(importlib.__file__ or ''))
 
 
 @click.group(name='kopf', context_settings={'help_option_names': ['-h', '--help']})

@@ -68,6 +68,35 @@ def test_an_operator_that_fails_to_import_exits_with_its_traceback(invoke, tmp_p
     assert 'operator is broken' in result.output
 
 
+def test_an_import_failure_shows_the_operators_own_frames_only(invoke, tmp_path):
+    (tmp_path / 'helpers_of_op.py').write_text('def connect():\n    raise ConnectionError("no database")\n')
+    path = tmp_path / 'deep_op.py'
+    path.write_text('import kopf\nimport helpers_of_op\n\nhelpers_of_op.connect()\n')
+    result = invoke('run', str(path))
+    assert result.exit_code == 2
+    assert 'deep_op.py", line 4' in result.output and 'helpers_of_op.py", line 2' in result.output
+    assert 'ConnectionError: no database' in result.output
+    assert 'cli.py' not in result.output and 'importlib' not in result.output
+
+
+def test_a_syntax_error_is_shown_as_python_shows_it(invoke, tmp_path):
+    path = tmp_path / 'syntax_op.py'
+    path.write_text('import kopf\n\ndef fn(**_):\n    return {\n')
+    result = invoke('run', str(path))
+    assert result.exit_code == 2
+    assert 'syntax_op.py", line 4' in result.output and 'SyntaxError' in result.output
+    assert 'Traceback' not in result.output and 'importlib' not in result.output
+
+
+def test_a_module_that_fails_to_import_shows_its_own_frames(invoke, tmp_path, monkeypatch):
+    (tmp_path / 'failing_op_module.py').write_text('import kopf\nraise RuntimeError("broken module")\n')
+    monkeypatch.chdir(tmp_path)
+    result = invoke('run', '-m', 'failing_op_module')
+    assert result.exit_code == 2
+    assert 'failing_op_module.py", line 2' in result.output and 'RuntimeError: broken module' in result.output
+    assert 'importlib' not in result.output
+
+
 def test_a_handler_without_kwargs_is_refused_at_import_in_one_line(invoke, tmp_path):
     path = tmp_path / 'sig_op.py'
     path.write_text('import kopf\n\n@kopf.on.create("configmaps")\ndef create_fn(spec, name):\n    pass\n')
