@@ -524,7 +524,7 @@ async def raw_patch_rate(api: Api, namespace: str, options: Options, *, watched:
 
 async def raw_patch_loop(api: Api, namespace: str, options: Options, *, watched: bool = False) -> PatchLoop:
     """
-    A plain client's PATCH loop over objects of its own, at the given concurrency.
+    A plain client's PATCH loop over objects it creates for it, at the given concurrency (see :func:`_patch_loop`).
 
     ``watched``: with the benchmark's own watch of the namespace open
     meanwhile (:class:`HandledTracker`), as it is while an operator is
